@@ -1,0 +1,140 @@
+"""The ``handoff`` command line."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+
+import click
+from redis import Redis
+
+from bot.config import Settings
+from store.models import Status, TaskKind
+from store.repository import HandoffStore
+
+
+def _settings() -> Settings:
+    return Settings()
+
+
+def _require_redis_url(settings: Settings) -> str:
+    if not settings.redis_url:
+        raise click.UsageError(
+            "REDIS_URL is not set; point it at your Redis (e.g. redis://127.0.0.1:6379) "
+            "or use `handoff dev`, which starts an embedded one"
+        )
+    return settings.redis_url
+
+
+def _store(settings: Settings) -> HandoffStore:
+    return HandoffStore(Redis.from_url(_require_redis_url(settings)), settings.store_config())
+
+
+@click.group()
+@click.option("-v", "--verbose", is_flag=True, help="Log at debug level.")
+def main(verbose: bool) -> None:
+    """slack-handoff: AI agents hand work to people in Slack and get it back."""
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+@main.command()
+@click.option("--burst", is_flag=True, help="Stop when the queue is empty.")
+@click.option("--no-dispatcher", is_flag=True, help="Run only the RQ worker.")
+@click.option("--name", default=None, help="Worker name shown by `rq info`.")
+def worker(burst: bool, no_dispatcher: bool, name: str | None) -> None:
+    """Run an RQ worker (and a dispatcher) for deliveries and resumes."""
+    from worker.runner import run_worker
+
+    settings = _settings()
+    run_worker(
+        _require_redis_url(settings),
+        store_config=settings.store_config(),
+        queue_name=settings.queue,
+        with_dispatcher=not no_dispatcher,
+        dispatch_interval=settings.sweep_interval_seconds,
+        dispatch_timeout=settings.dispatch_timeout_seconds,
+        burst=burst,
+        name=name,
+    )
+
+
+@main.command()
+def dispatcher() -> None:
+    """Run only the dispatcher (expiry, retries, outbox to RQ)."""
+    from worker.runner import run_dispatcher
+
+    settings = _settings()
+    run_dispatcher(
+        _require_redis_url(settings),
+        store_config=settings.store_config(),
+        queue_name=settings.queue,
+        interval=settings.sweep_interval_seconds,
+        dispatch_timeout=settings.dispatch_timeout_seconds,
+    )
+
+
+@main.command()
+@click.argument("handoff_id")
+def show(handoff_id: str) -> None:
+    """Print a handoff and its audit trail as JSON."""
+    store = _store(_settings())
+    handoff = store.get(handoff_id)
+    record = handoff.model_dump(mode="json")
+    record["audit"] = [event.model_dump(mode="json") for event in store.audit_trail(handoff_id)]
+    click.echo(json.dumps(record, indent=2))
+
+
+@main.command(name="list")
+@click.option("--limit", default=20, show_default=True)
+@click.option("--cursor", default=None, help="next_cursor of the previous page.")
+def list_pending(limit: int, cursor: str | None) -> None:
+    """List pending handoffs, oldest first."""
+    page = _store(_settings()).list_pending(cursor=cursor, limit=limit)
+    for handoff in page.items:
+        click.echo(
+            f"{handoff.id}  {handoff.request_type.value:<10}  run={handoff.run_id}  "
+            f"created={handoff.created_at:%Y-%m-%d %H:%M:%S}"
+        )
+    if page.next_cursor:
+        click.echo(f"more: --cursor {page.next_cursor}")
+
+
+@main.command()
+@click.argument("handoff_id")
+@click.argument("outcome", type=click.Choice([s.value for s in Status if s.value != "pending"]))
+@click.option("--by", required=True, help="Who decides (e.g. a Slack user id).")
+@click.option("--comment", default=None, help="Reason or note.")
+@click.option("--answer", default=None, help="Answer text (questions, escalations).")
+def decide(handoff_id: str, outcome: str, by: str, comment: str | None, answer: str | None) -> None:
+    """Decide a pending handoff from the command line."""
+    handoff = _store(_settings()).decide(
+        handoff_id, outcome, decided_by=by, via="cli", comment=comment, answer=answer
+    )
+    click.echo(f"{handoff.id} is {handoff.status.value}")
+
+
+@main.command()
+@click.argument("handoff_id")
+@click.option("--by", default="cli", help="Who asks for the retry.")
+def retry(handoff_id: str, by: str) -> None:
+    """Retry a resume that failed after all its attempts."""
+    handoff = _store(_settings()).retry_task(handoff_id, TaskKind.RESUME, requested_by=by)
+    click.echo(f"resume of {handoff.id} queued again")
+
+
+@main.command()
+@click.option("--data-dir", default=".handoff-dev", show_default=True, help="Embedded Redis data.")
+@click.option("--auto", is_flag=True, help="Decide the demo handoffs without asking.")
+def dev(data_dir: str, auto: bool) -> None:
+    """Run everything locally: embedded Redis, a worker and a demo agent."""
+    from bot.dev import run_dev
+
+    sys.exit(run_dev(_settings(), data_dir=data_dir, auto=auto or not sys.stdin.isatty()))
+
+
+if __name__ == "__main__":
+    main()

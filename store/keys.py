@@ -1,0 +1,122 @@
+"""The Redis key layout.
+
+Every key of a deployment starts with ``{<namespace>}:``. The braces are a Redis Cluster
+hash tag, so all keys of a namespace live in one slot: the Lua scripts can then touch a
+handoff, its audit trail and the shared indexes in one atomic step, on a single server or
+on a cluster. To spread load over several shards, run several namespaces.
+
+=====================================  ======  ===============================================
+key                                    type    contents
+=====================================  ======  ===============================================
+``{ns}:h:<id>``                        hash    the handoff: request JSON, status, decision,
+                                               delivery and resume progress, message refs
+``{ns}:audit:<id>``                    list    the handoff's audit events (JSON), oldest first
+``{ns}:audit``                         stream  every audit event of the namespace (field ``e``)
+``{ns}:idem:<key>``                    string  handoff id created under an idempotency key
+``{ns}:pending``                       zset    all pending ids (score 0, ordered by id = age)
+``{ns}:pending:channel:<channel>``     zset    pending ids routed to a channel
+``{ns}:pending:run:<run_id>``          zset    pending ids of an agent run
+``{ns}:pending:reviewer:<user>``       zset    pending ids a reviewer (user or group) may decide
+``{ns}:pending:type:<request_type>``   zset    pending ids of one request type
+``{ns}:deadlines``                     zset    pending id -> expiry time (ms)
+``{ns}:outbox``                        zset    ``deliver:<id>`` / ``resume:<id>`` -> when due (ms)
+``{ns}:failed``                        zset    ``deliver:<id>`` / ``resume:<id>`` that gave up
+``{ns}:retention``                     zset    decided id -> when it may be purged (ms)
+``{ns}:wake``                          list    at most one token; wakes the dispatcher
+``{ns}:decided:<id>``                  pubsub  status published when the handoff is decided
+=====================================  ======  ===============================================
+
+Handoff hashes have no TTL: a pending handoff never disappears on its own, and a decided
+one is removed only by the retention sweep once its resume has finished.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from store import defaults
+
+
+@dataclass(frozen=True)
+class KeySpace:
+    """Names of every key in one namespace."""
+
+    namespace: str = defaults.NAMESPACE
+
+    def __post_init__(self) -> None:
+        if not self.namespace or any(c in self.namespace for c in "{}: "):
+            raise ValueError(
+                f"namespace {self.namespace!r} must be non-empty, without braces, colons or spaces"
+            )
+
+    @property
+    def prefix(self) -> str:
+        """The common prefix, including the hash tag and the trailing colon."""
+        return "{" + self.namespace + "}:"
+
+    def handoff(self, handoff_id: str) -> str:
+        """The handoff's hash."""
+        return f"{self.prefix}h:{handoff_id}"
+
+    def audit(self, handoff_id: str) -> str:
+        """The handoff's own audit list."""
+        return f"{self.prefix}audit:{handoff_id}"
+
+    @property
+    def global_audit(self) -> str:
+        """The namespace-wide audit stream."""
+        return f"{self.prefix}audit"
+
+    def idempotency(self, key: str) -> str:
+        """Where the id created under an idempotency key is remembered."""
+        return f"{self.prefix}idem:{key}"
+
+    @property
+    def pending(self) -> str:
+        """All pending handoffs."""
+        return f"{self.prefix}pending"
+
+    def pending_by_channel(self, channel: str) -> str:
+        """Pending handoffs routed to ``channel``."""
+        return f"{self.prefix}pending:channel:{channel}"
+
+    def pending_by_run(self, run_id: str) -> str:
+        """Pending handoffs of one agent run."""
+        return f"{self.prefix}pending:run:{run_id}"
+
+    def pending_by_reviewer(self, reviewer: str) -> str:
+        """Pending handoffs a reviewer (user or user group id) may decide."""
+        return f"{self.prefix}pending:reviewer:{reviewer}"
+
+    def pending_by_type(self, request_type: str) -> str:
+        """Pending handoffs of one request type."""
+        return f"{self.prefix}pending:type:{request_type}"
+
+    @property
+    def deadlines(self) -> str:
+        """Expiry times of pending handoffs."""
+        return f"{self.prefix}deadlines"
+
+    @property
+    def outbox(self) -> str:
+        """Deliveries and resumes waiting to be dispatched to RQ."""
+        return f"{self.prefix}outbox"
+
+    @property
+    def failed(self) -> str:
+        """Deliveries and resumes that used up their attempts."""
+        return f"{self.prefix}failed"
+
+    @property
+    def retention(self) -> str:
+        """Decided handoffs waiting for the retention sweep."""
+        return f"{self.prefix}retention"
+
+    @property
+    def wake(self) -> str:
+        """The dispatcher's wake-up list."""
+        return f"{self.prefix}wake"
+
+    def decided_channel(self, handoff_id: str) -> str:
+        """The pub/sub channel on which a decision is announced."""
+        return f"{self.prefix}decided:{handoff_id}"

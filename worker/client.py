@@ -1,0 +1,331 @@
+"""``Handoffs``: what agent code imports to hand work to people and get it back."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any, TypedDict, Unpack
+
+from pydantic import ValidationError
+from redis import Redis
+
+from store import defaults
+from store.exceptions import InvalidHandoffRequest
+from store.ids import new_handoff_id
+from store.models import (
+    AuditEvent,
+    Handoff,
+    HandoffRequest,
+    Page,
+    RequestType,
+    Status,
+    TaskKind,
+)
+from store.repository import HandoffStore, StoreConfig, TaskPolicy
+from worker.targets import resolve_target
+
+# While waiting, re-read the handoff this often in case a pub/sub message was missed
+# (for example across a reconnect). Decisions normally arrive by push, not by this.
+_WAIT_RECHECK_SECONDS = 5.0
+
+
+class RequestOptions(TypedDict, total=False):
+    """Options every ``request_*`` method accepts."""
+
+    context: str
+    """What the agent is doing and why it needs a person."""
+    channel: str | None
+    """Slack channel to post in (default: the client's ``default_channel``)."""
+    reviewers: Sequence[str]
+    """Slack user or user-group ids allowed to decide (default: anyone in the channel)."""
+    resume: str | None
+    """``"module:function"`` called in a worker with the decided handoff."""
+    expires_in: timedelta | float | None
+    """Time (or seconds) after which the handoff expires; expiry never approves."""
+    idempotency_key: str | None
+    """Retrying with the same key returns the first handoff instead of a second one."""
+    requester: str | None
+    """Who or what asked (a Slack user id blocks self-approval when enabled)."""
+    agent_name: str | None
+    """Name of the agent, shown to reviewers."""
+    metadata: dict[str, Any]
+    """Free-form data kept with the handoff and handed back on resume."""
+
+
+class Handoffs:
+    """Create handoffs, wait for them, and decide them programmatically.
+
+    Example::
+
+        handoffs = Handoffs.from_url("redis://localhost:6379")
+        h = handoffs.request_approval(
+            run_id="run-42", thread_id="t-1", action="issue_refund", args={"amount": 30},
+            context="Customer was double charged", resume="myagent.steps:on_decision",
+        )
+        decided = handoffs.wait(h.id, timeout=30)
+    """
+
+    def __init__(
+        self,
+        redis: Redis,
+        *,
+        namespace: str = defaults.NAMESPACE,
+        max_payload_bytes: int = defaults.MAX_PAYLOAD_BYTES,
+        retention: timedelta = timedelta(seconds=defaults.RETENTION_SECONDS),
+        tasks: TaskPolicy | None = None,
+        default_channel: str | None = None,
+        default_reviewers: Sequence[str] = (),
+        default_expires_in: timedelta | None = None,
+    ) -> None:
+        self.redis = redis
+        self.store = HandoffStore(
+            redis,
+            StoreConfig(
+                namespace=namespace,
+                max_payload_bytes=max_payload_bytes,
+                retention_seconds=retention.total_seconds(),
+                tasks=tasks or TaskPolicy(),
+            ),
+        )
+        self.default_channel = default_channel
+        self.default_reviewers = list(default_reviewers)
+        self.default_expires_in = default_expires_in
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> Handoffs:
+        """Connect to Redis at ``url``; ``options`` are those of the constructor."""
+        return cls(Redis.from_url(url), **options)
+
+    # -- creating -----------------------------------------------------------------------
+
+    def request_approval(
+        self,
+        *,
+        run_id: str,
+        thread_id: str,
+        action: str,
+        args: dict[str, Any] | None = None,
+        args_schema: dict[str, Any] | None = None,
+        description: str | None = None,
+        **options: Unpack[RequestOptions],
+    ) -> Handoff:
+        """Ask a person whether the agent may perform ``action`` with ``args``.
+
+        The decision is ``approved`` (possibly with ``edited_args``) or ``rejected``.
+        """
+        payload = {
+            "kind": "approval",
+            "action": {
+                "name": action,
+                "args": args or {},
+                "args_schema": args_schema,
+                "description": description,
+            },
+        }
+        return self.request(
+            RequestType.APPROVAL, payload, run_id=run_id, thread_id=thread_id, **options
+        )
+
+    def ask(
+        self,
+        *,
+        run_id: str,
+        thread_id: str,
+        question: str,
+        choices: Sequence[str] | None = None,
+        **options: Unpack[RequestOptions],
+    ) -> Handoff:
+        """Ask a person a question; the decision is ``answered`` with the answer text."""
+        payload = {
+            "kind": "question",
+            "question": question,
+            "choices": list(choices) if choices is not None else None,
+        }
+        return self.request(
+            RequestType.QUESTION, payload, run_id=run_id, thread_id=thread_id, **options
+        )
+
+    def request_correction(
+        self,
+        *,
+        run_id: str,
+        thread_id: str,
+        draft: str,
+        instructions: str | None = None,
+        **options: Unpack[RequestOptions],
+    ) -> Handoff:
+        """Have a person fix ``draft``; the decision carries ``corrected_draft``."""
+        payload = {"kind": "correction", "draft": draft, "instructions": instructions}
+        return self.request(
+            RequestType.CORRECTION, payload, run_id=run_id, thread_id=thread_id, **options
+        )
+
+    def escalate(
+        self,
+        *,
+        run_id: str,
+        thread_id: str,
+        summary: str,
+        **options: Unpack[RequestOptions],
+    ) -> Handoff:
+        """Hand the task to a person, who claims it and resolves it with notes."""
+        payload = {"kind": "escalation", "summary": summary}
+        return self.request(
+            RequestType.ESCALATION, payload, run_id=run_id, thread_id=thread_id, **options
+        )
+
+    def request(
+        self,
+        request_type: RequestType | str,
+        payload: dict[str, Any],
+        *,
+        run_id: str,
+        thread_id: str,
+        **options: Unpack[RequestOptions],
+    ) -> Handoff:
+        """Create a handoff of any type from a payload dict (what the typed methods call).
+
+        Raises ``InvalidHandoffRequest`` (unknown type, missing or bad fields),
+        ``PayloadTooLarge`` or ``InvalidResumeTarget``; nothing is written then.
+        """
+        try:
+            kind = RequestType(request_type)
+        except ValueError:
+            raise InvalidHandoffRequest(
+                f"unknown request type {request_type!r}; use one of "
+                f"{', '.join(t.value for t in RequestType)}"
+            ) from None
+        resume = options.get("resume")
+        if resume:
+            resolve_target(resume)
+        expires_in = options.get("expires_in", self.default_expires_in)
+        if isinstance(expires_in, timedelta):
+            expires_in = expires_in.total_seconds()
+        try:
+            request = HandoffRequest(
+                run_id=run_id,
+                thread_id=thread_id,
+                request_type=kind,
+                context=options.get("context", ""),
+                payload=payload,
+                channel=options.get("channel") or self.default_channel,
+                reviewers=list(options.get("reviewers") or self.default_reviewers),
+                requester=options.get("requester"),
+                agent_name=options.get("agent_name"),
+                resume_target=resume,
+                idempotency_key=options.get("idempotency_key"),
+                expires_in_seconds=expires_in,
+                metadata=options.get("metadata") or {},
+            )
+        except ValidationError as exc:
+            raise InvalidHandoffRequest(_describe(exc)) from None
+        return self.store.create(request, handoff_id=new_handoff_id()).handoff
+
+    # -- reading and waiting ------------------------------------------------------------
+
+    def get(self, handoff_id: str) -> Handoff:
+        """The handoff as stored now; raises ``HandoffNotFound``."""
+        return self.store.get(handoff_id)
+
+    def wait(self, handoff_id: str, timeout: float | None = None) -> Handoff:
+        """Block until the handoff is decided (or expired/cancelled) and return it.
+
+        The decision is pushed over Redis pub/sub, so this returns within milliseconds of
+        it, without polling. Raises ``TimeoutError`` after ``timeout`` seconds.
+        """
+        pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
+        pubsub.subscribe(self.store.keys.decided_channel(handoff_id))
+        try:
+            # Subscribed first, then read: a decision between the two is not missed.
+            handoff = self.store.get(handoff_id)
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while handoff.is_pending:
+                remaining = _WAIT_RECHECK_SECONDS
+                if deadline is not None:
+                    remaining = min(remaining, deadline - time.monotonic())
+                    if remaining <= 0:
+                        raise TimeoutError(f"handoff {handoff_id} still pending after {timeout} s")
+                pubsub.get_message(timeout=remaining)
+                handoff = self.store.get(handoff_id)
+            return handoff
+        finally:
+            pubsub.close()
+
+    def list_pending(
+        self,
+        *,
+        channel: str | None = None,
+        run_id: str | None = None,
+        reviewer: str | None = None,
+        request_type: RequestType | str | None = None,
+        cursor: str | None = None,
+        limit: int = 20,
+    ) -> Page:
+        """Pending handoffs, oldest first, filtered by at most one of the keyword filters."""
+        keys = self.store.keys
+        indexes = [
+            keys.pending_by_channel(channel) if channel else None,
+            keys.pending_by_run(run_id) if run_id else None,
+            keys.pending_by_reviewer(reviewer) if reviewer else None,
+            keys.pending_by_type(RequestType(request_type).value) if request_type else None,
+        ]
+        chosen = [index for index in indexes if index]
+        if len(chosen) > 1:
+            raise ValueError("filter by one of channel, run_id, reviewer, request_type at a time")
+        index = chosen[0] if chosen else None
+        return self.store.list_pending(index, cursor=cursor, limit=limit)
+
+    def audit(self, handoff_id: str) -> list[AuditEvent]:
+        """The handoff's audit trail, oldest first."""
+        return self.store.audit_trail(handoff_id)
+
+    # -- deciding -----------------------------------------------------------------------
+
+    def decide(
+        self,
+        handoff_id: str,
+        outcome: Status | str,
+        *,
+        by: str,
+        comment: str | None = None,
+        answer: str | None = None,
+        edited_args: dict[str, Any] | None = None,
+        corrected_draft: str | None = None,
+        via: str = "api",
+    ) -> Handoff:
+        """Decide a handoff from code (tests, other UIs). First decision wins; a later one
+        raises ``AlreadyDecided`` naming who decided first."""
+        return self.store.decide(
+            handoff_id,
+            outcome,
+            decided_by=by,
+            via=via,
+            comment=comment,
+            answer=answer,
+            edited_args=edited_args,
+            corrected_draft=corrected_draft,
+        )
+
+    def cancel(
+        self, handoff_id: str, *, reason: str | None = None, by: str = "agent", resume: bool = True
+    ) -> Handoff:
+        """Withdraw a pending handoff. Its run is resumed with ``cancelled`` unless
+        ``resume=False`` (when the agent cancels from inside the run itself)."""
+        return self.store.cancel(handoff_id, cancelled_by=by, reason=reason, resume=resume)
+
+    def claim(self, handoff_id: str, *, by: str, take_over: bool = False) -> Handoff:
+        """Take ownership of an escalation; only the claimer may then resolve it."""
+        return self.store.claim(handoff_id, claimed_by=by, take_over=take_over)
+
+    def retry_resume(self, handoff_id: str, *, by: str = "api") -> Handoff:
+        """Give a resume that failed after all its attempts another round of attempts."""
+        return self.store.retry_task(handoff_id, TaskKind.RESUME, requested_by=by)
+
+
+def _describe(exc: ValidationError) -> str:
+    problems = []
+    for error in exc.errors():
+        where = ".".join(str(part) for part in error["loc"]) or "request"
+        problems.append(f"{where}: {error['msg']}")
+    return "invalid handoff request: " + "; ".join(problems)

@@ -1,0 +1,39 @@
+"""How a handoff reaches people. The Slack notifier lives in ``bot``; this is the interface."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Protocol
+
+from store.models import Handoff
+
+logger = logging.getLogger(__name__)
+
+
+class Notifier(Protocol):
+    """Shows a new handoff to the people who can decide it.
+
+    ``deliver`` is called in a worker, possibly more than once for the same handoff when an
+    earlier attempt's outcome was lost; it returns references to what it posted (for
+    example a Slack channel and message ts), stored on the handoff as ``message_refs``.
+    Raise to have the delivery retried with backoff.
+    """
+
+    def deliver(self, handoff: Handoff) -> dict[str, Any]:
+        """Post the handoff; return references to the posted message."""
+        ...
+
+
+class LoggingNotifier:
+    """Writes each handoff to the log; the default when no Slack workspace is configured."""
+
+    def deliver(self, handoff: Handoff) -> dict[str, Any]:
+        """Log the handoff's id, type, run and channel."""
+        logger.warning(
+            "handoff %s needs a person: %s in run %s (channel %s)",
+            handoff.id,
+            handoff.request_type.value,
+            handoff.run_id,
+            handoff.channel or "-",
+        )
+        return {"notifier": "log"}
