@@ -68,12 +68,6 @@ class Settings(BaseSettings):
         gt=0,
         description="Re-dispatch a queued job not started after this long.",
     )
-    default_channel: str | None = Field(
-        default=None,
-        validation_alias=AliasChoices("HANDOFF_CHANNEL", "HANDOFF_DEFAULT_CHANNEL"),
-        description="Channel for handoffs that name none (env HANDOFF_CHANNEL).",
-    )
-
     def task_policy(self) -> TaskPolicy:
         """Attempts, timeouts and backoff for new handoffs."""
         return TaskPolicy(

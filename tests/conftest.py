@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -104,10 +105,8 @@ class WorkerProcesses:
 
     def kill(self, process: subprocess.Popen[bytes]) -> None:
         """SIGKILL the worker, its work horse and its dispatcher at once."""
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         process.wait(timeout=10)
 
     def logs(self) -> str:

@@ -97,6 +97,24 @@ class Handoffs:
         """Connect to Redis at ``url``; ``options`` are those of the constructor."""
         return cls(Redis.from_url(url), **options)
 
+    @classmethod
+    def from_env(cls, **options: Any) -> Handoffs:
+        """Connect and configure from the environment (REDIS_URL, HANDOFF_*), like the
+        worker does; ``options`` override what the environment says."""
+        from bot.config import Settings  # the one place settings are read
+
+        settings = Settings()
+        if not settings.redis_url:
+            raise ValueError("REDIS_URL is not set; set it or use Handoffs.from_url(...)")
+        config = settings.store_config()
+        defaults_from_env: dict[str, Any] = {
+            "namespace": config.namespace,
+            "max_payload_bytes": config.max_payload_bytes,
+            "retention": timedelta(seconds=config.retention_seconds),
+            "tasks": config.tasks,
+        }
+        return cls(Redis.from_url(settings.redis_url), **{**defaults_from_env, **options})
+
     # -- creating -----------------------------------------------------------------------
 
     def request_approval(
