@@ -10,6 +10,7 @@ import click
 from redis import Redis
 
 from bot.config import Settings
+from store.exceptions import HandoffError
 from store.models import Status, TaskKind
 from store.repository import HandoffStore
 
@@ -31,7 +32,17 @@ def _store(settings: Settings) -> HandoffStore:
     return HandoffStore(Redis.from_url(_require_redis_url(settings)), settings.store_config())
 
 
-@click.group()
+class _HandoffGroup(click.Group):
+    """Shows the store's errors as one-line messages instead of tracebacks."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except HandoffError as exc:
+            raise click.ClickException(str(exc)) from exc
+
+
+@click.group(cls=_HandoffGroup)
 @click.option("-v", "--verbose", is_flag=True, help="Log at debug level.")
 def main(verbose: bool) -> None:
     """slack-handoff: AI agents hand work to people in Slack and get it back."""

@@ -68,6 +68,59 @@ class Settings(BaseSettings):
         gt=0,
         description="Re-dispatch a queued job not started after this long.",
     )
+
+    slack_bot_token: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("SLACK_BOT_TOKEN"),
+        description="Bot token (xoxb-...); unset: handoffs are delivered to the log.",
+    )
+    slack_signing_secret: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("SLACK_SIGNING_SECRET"),
+        description="Signing secret that verifies requests from Slack (HTTP mode).",
+    )
+    slack_app_token: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("SLACK_APP_TOKEN"),
+        description="App-level token (xapp-...); set: `handoff serve` uses Socket Mode.",
+    )
+    slack_api_url: str = Field(
+        default="https://slack.com/api/",
+        validation_alias=AliasChoices("SLACK_API_URL"),
+        description="Base URL of the Slack Web API (point at the local stand-in in dev).",
+    )
+    channel: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("HANDOFF_CHANNEL"),
+        description="Channel for handoffs that name none.",
+    )
+    admins: str = Field(
+        default="",
+        validation_alias=AliasChoices("HANDOFF_ADMINS"),
+        description="Comma-separated user ids who may decide anything and run admin commands.",
+    )
+    default_reviewers: str = Field(
+        default="",
+        description="Comma-separated user or user-group ids who may decide handoffs naming none.",
+    )
+    block_self_approval: bool = Field(
+        default=True,
+        description="The requester (a Slack user id) may not decide their own handoff.",
+    )
+    usergroup_cache_seconds: int = Field(
+        default=300, ge=0, description="How long user-group members are cached."
+    )
+
+    @property
+    def admin_ids(self) -> frozenset[str]:
+        """``HANDOFF_ADMINS`` as a set of user ids."""
+        return frozenset(part.strip() for part in self.admins.split(",") if part.strip())
+
+    @property
+    def default_reviewer_ids(self) -> list[str]:
+        """``HANDOFF_DEFAULT_REVIEWERS`` as a list of ids."""
+        return [part.strip() for part in self.default_reviewers.split(",") if part.strip()]
+
     def task_policy(self) -> TaskPolicy:
         """Attempts, timeouts and backoff for new handoffs."""
         return TaskPolicy(

@@ -33,7 +33,7 @@ RETRY_BACKOFF_SECONDS = 2.0
 RETRY_BACKOFF_MAX_SECONDS = 300.0
 """Longest delay between two attempts."""
 
-DISPATCH_TIMEOUT_SECONDS = 60
+DISPATCH_TIMEOUT_SECONDS = 300
 """A dispatched job that has not started after this long is dispatched again."""
 
 SWEEP_INTERVAL_SECONDS = 1.0

@@ -19,8 +19,11 @@ key                                    type    contents
 ``{ns}:pending:reviewer:<user>``       zset    pending ids a reviewer (user or group) may decide
 ``{ns}:pending:type:<request_type>``   zset    pending ids of one request type
 ``{ns}:deadlines``                     zset    pending id -> expiry time (ms)
-``{ns}:outbox``                        zset    ``deliver:<id>`` / ``resume:<id>`` -> when due (ms)
-``{ns}:failed``                        zset    ``deliver:<id>`` / ``resume:<id>`` that gave up
+``{ns}:outbox``                        zset    ``<task>:<id>`` -> when due (ms); tasks are
+                                               ``deliver``, ``resume`` and ``notify``
+``{ns}:failed``                        zset    ``<task>:<id>`` that used up its attempts
+``{ns}:msg:<channel>:<ts>``            string  handoff id of a posted Slack message
+``{ns}:event:<event_id>``              string  Slack event already handled (expires)
 ``{ns}:retention``                     zset    decided id -> when it may be purged (ms)
 ``{ns}:wake``                          list    at most one token; wakes the dispatcher
 ``{ns}:decided:<id>``                  pubsub  status published when the handoff is decided
@@ -116,6 +119,14 @@ class KeySpace:
     def wake(self) -> str:
         """The dispatcher's wake-up list."""
         return f"{self.prefix}wake"
+
+    def message_link(self, channel: str, ts: str) -> str:
+        """Which handoff a posted Slack message belongs to."""
+        return f"{self.prefix}msg:{channel}:{ts}"
+
+    def seen_event(self, event_id: str) -> str:
+        """Marker of a Slack event already handled (Slack retries events)."""
+        return f"{self.prefix}event:{event_id}"
 
     def decided_channel(self, handoff_id: str) -> str:
         """The pub/sub channel on which a decision is announced."""

@@ -47,6 +47,7 @@ class TaskKind(StrEnum):
 
     DELIVER = "deliver"
     RESUME = "resume"
+    NOTIFY = "notify"  # update the posted message after a decision or a claim
 
 
 class TaskState(StrEnum):
@@ -185,6 +186,7 @@ class Handoff(BaseModel):
     claimed_at: datetime | None = None
     delivery: TaskProgress = Field(default_factory=TaskProgress)
     resume: TaskProgress = Field(default_factory=TaskProgress)
+    notify: TaskProgress = Field(default_factory=TaskProgress)
     message_refs: dict[str, Any] = Field(default_factory=dict)
     version: int = 0
 
@@ -208,13 +210,14 @@ class Handoff(BaseModel):
             **request,
             status=Status(fields["status"]),
             resume_data=decision,
-            created_at=_ms(fields["created_at"]),
+            created_at=datetime.fromtimestamp(int(fields["created_at"]) / 1000, tz=UTC),
             decided_at=_ms(fields.get("decided_at")),
             expires_at=_ms(fields.get("expires_at")),
             claimed_by=fields.get("claimed_by") or None,
             claimed_at=_ms(fields.get("claimed_at")),
             delivery=_task(fields, TaskKind.DELIVER),
             resume=_task(fields, TaskKind.RESUME),
+            notify=_task(fields, TaskKind.NOTIFY),
             message_refs=json.loads(fields.get("message_refs") or "{}"),
             version=int(fields.get("version", 0)),
         )

@@ -150,7 +150,7 @@ class HandoffStore:
         (``created=False``) and writes nothing.
         """
         request_json = request.model_dump_json(exclude_none=False)
-        size = len(json.dumps(request.context).encode()) + len(
+        size = len(json.dumps(request.context, ensure_ascii=False).encode()) + len(
             request.payload.model_dump_json().encode()
         )
         if size > self.config.max_payload_bytes:
@@ -256,8 +256,8 @@ class HandoffStore:
     ) -> list[AuditEvent]:
         """Audit events of every handoff in the namespace, oldest first."""
         start = f"{int(since.timestamp() * 1000)}-0" if since else "-"
-        entries = self.redis.xrange(self.keys.global_audit, min=start, max="+", count=count)
-        return [AuditEvent.from_json(fields[b"e"]) for _, fields in entries]
+        entries = self.redis.xrange(self.keys.global_audit, min=start, max="+", count=count) or []
+        return [AuditEvent.from_json(fields[b"e"]) for _, fields in entries if fields]
 
     def failed_tasks(self) -> list[tuple[TaskKind, str]]:
         """Deliveries and resumes that gave up, oldest first."""
@@ -295,12 +295,10 @@ class HandoffStore:
             edited_args=edited_args,
             corrected_draft=corrected_draft,
         )
+        if not decided_by:
+            raise InvalidDecision("decided_by is required: say who made the decision")
+        # The script checks the handoff's type against these, so a misfit costs no extra read.
         fitting = [t for t in RequestType if decision_problem(t, decision) is None]
-        if not fitting or not decided_by:
-            problem = "decided_by is required: say who made the decision"
-            if decided_by:
-                problem = decision_problem(RequestType.APPROVAL, decision) or ""
-            raise InvalidDecision(problem)
         claimer = decided_by if decision.outcome is Status.ANSWERED else ""
         return self._close(
             handoff_id,
@@ -409,6 +407,20 @@ class HandoffStore:
         if verdict == "claimed":
             raise ClaimedByOther(handoff_id, _text(result[1]))
         return self.get(handoff_id)
+
+    def link_message(self, handoff_id: str, channel: str, ts: str) -> None:
+        """Remember that the Slack message ``channel``/``ts`` shows this handoff."""
+        self.redis.set(self.keys.message_link(channel, ts), handoff_id)
+
+    def handoff_for_message(self, channel: str, ts: str) -> str | None:
+        """The id of the handoff shown by a Slack message, if any."""
+        value = self.redis.get(self.keys.message_link(channel, ts))
+        return _text(value) if value is not None else None
+
+    def first_sighting(self, event_id: str, *, ttl_seconds: int = 3600) -> bool:
+        """True the first time an event id is seen (within ``ttl_seconds``); Slack retries
+        events, so a handler acts only on the first sighting."""
+        return bool(self.redis.set(self.keys.seen_event(event_id), "1", nx=True, ex=ttl_seconds))
 
     def record_audit(
         self, handoff_id: str, event: str, *, actor: str, detail: dict[str, Any] | None = None
@@ -529,9 +541,10 @@ def decision_problem(request_type: RequestType, decision: ResumeData) -> str | N
     outcome = decision.outcome
     allowed = ALLOWED_OUTCOMES[request_type]
     if outcome not in allowed:
+        article = "an" if request_type.value[0] in "aeiou" else "a"
         return (
-            f"a {request_type.value} can be {' or '.join(sorted(s.value for s in allowed))}, "
-            f"not {outcome.value}"
+            f"{article} {request_type.value} can be "
+            f"{' or '.join(sorted(s.value for s in allowed))}, not {outcome.value}"
         )
     if outcome is Status.ANSWERED and not (decision.answer and decision.answer.strip()):
         return f"answering a {request_type.value} needs a non-empty answer"

@@ -18,6 +18,8 @@ local EVENTS = {
              failed = 'delivery_failed', retry_requested = 'delivery_retry_requested'},
   resume = {started = 'resume_started', ok = 'resumed', retry = 'resume_attempt_failed',
             failed = 'resume_failed', retry_requested = 'resume_retry_requested'},
+  notify = {started = 'update_started', ok = 'message_updated', retry = 'update_attempt_failed',
+            failed = 'update_failed', retry_requested = 'update_retry_requested'},
 }
 
 local function now_ms()
@@ -37,6 +39,21 @@ local function wake()
   redis.call('LTRIM', P .. 'wake', 0, 0)
 end
 
+-- Queue a task for the dispatcher with a fresh round of attempts. A task that is running
+-- is only marked dirty: it is queued again when the running attempt finishes, so two
+-- attempts never overlap and the last one always sees the latest state.
+local function queue_task(hkey, id, k, at)
+  local f = redis.call('HMGET', hkey, k .. '_state', k .. '_attempt', k .. '_max')
+  if f[1] == 'running' then
+    redis.call('HSET', hkey, k .. '_dirty', '1')
+    return
+  end
+  redis.call('HSET', hkey, k .. '_state', 'queued',
+             k .. '_limit', tonumber(f[2] or 0) + tonumber(f[3] or 0))
+  redis.call('ZADD', P .. 'outbox', at, k .. ':' .. id)
+  wake()
+end
+
 -- Move a pending handoff to a final status: the decision, its audit event, the index
 -- updates and the resume (outbox entry) commit together.
 local function close_pending(id, hkey, status, decision, actor, event, at, retention_ms, resume)
@@ -47,10 +64,9 @@ local function close_pending(id, hkey, status, decision, actor, event, at, reten
   end
   redis.call('ZREM', P .. 'deadlines', id)
   if resume and redis.call('HGET', hkey, 'has_resume') == '1' then
-    redis.call('HSET', hkey, 'resume_state', 'queued')
-    redis.call('ZADD', P .. 'outbox', at, 'resume:' .. id)
-    wake()
+    queue_task(hkey, id, 'resume', at)
   end
+  queue_task(hkey, id, 'notify', at)
   redis.call('ZADD', P .. 'retention', at + retention_ms, id)
   audit(id, event, actor, at, {status = status})
   redis.call('PUBLISH', P .. 'decided:' .. id, status)
@@ -80,6 +96,8 @@ redis.call('HSET', hkey, 'request', ARGV[3], 'status', 'pending', 'request_type'
   'resume_limit', t.resume_max, 'resume_timeout_ms', t.resume_timeout_ms,
   'deliver_state', 'queued', 'deliver_attempt', 0, 'deliver_max', t.deliver_max,
   'deliver_limit', t.deliver_max, 'deliver_timeout_ms', t.deliver_timeout_ms,
+  'notify_state', 'none', 'notify_attempt', 0, 'notify_max', t.deliver_max,
+  'notify_limit', 0, 'notify_timeout_ms', t.deliver_timeout_ms,
   'backoff_ms', t.backoff_ms, 'backoff_max_ms', t.backoff_max_ms,
   'lease_grace_ms', t.lease_grace_ms)
 if idem ~= '' then redis.call('SET', P .. 'idem:' .. idem, id) end
@@ -132,6 +150,7 @@ if h[4] and h[4] ~= '' and ARGV[4] ~= '1' then return {'claimed', h[4]} end
 local now = now_ms()
 redis.call('HSET', hkey, 'claimed_by', actor, 'claimed_at', now)
 redis.call('HINCRBY', hkey, 'version', 1)
+queue_task(hkey, id, 'notify', now)
 audit(id, 'claimed', actor, now, {previous = h[4] or ''})
 return {'ok'}
 """
@@ -165,7 +184,7 @@ if attempt > tonumber(f[3]) then
 end
 local lease = now + tonumber(f[5]) + tonumber(f[6])
 redis.call('HSET', hkey, k .. '_state', 'running', k .. '_attempt', attempt, k .. '_lease', lease,
-           k .. '_token', token)
+           k .. '_token', token, k .. '_dirty', '0')
 redis.call('HINCRBY', hkey, 'version', 1)
 -- If this attempt dies, the dispatcher finds the entry again once the lease has lapsed.
 redis.call('ZADD', P .. 'outbox', lease, member)
@@ -192,6 +211,9 @@ if ARGV[5] == '1' then
   redis.call('HINCRBY', hkey, 'version', 1)
   redis.call('ZREM', P .. 'outbox', member)
   audit(id, EVENTS[k].ok, 'worker', now, {attempt = attempt})
+  if redis.call('HGET', hkey, k .. '_dirty') == '1' then
+    queue_task(hkey, id, k, now)
+  end
   return {'completed'}
 end
 redis.call('HSET', hkey, k .. '_error', ARGV[6], k .. '_lease', 0)
@@ -218,15 +240,12 @@ RETRY_TASK = (
     + """
 local id, hkey, k = ARGV[2], KEYS[1], ARGV[3]
 if redis.call('EXISTS', hkey) == 0 then return {'missing'} end
-local f = redis.call('HMGET', hkey, k .. '_state', k .. '_attempt', k .. '_max')
+local f = redis.call('HMGET', hkey, k .. '_state', k .. '_attempt')
 if f[1] ~= 'failed' then return {'not_failed', f[1]} end
 local now = now_ms()
-local member = k .. ':' .. id
-redis.call('HSET', hkey, k .. '_state', 'queued', k .. '_limit', tonumber(f[2]) + tonumber(f[3]))
+queue_task(hkey, id, k, now)
 redis.call('HINCRBY', hkey, 'version', 1)
-redis.call('ZREM', P .. 'failed', member)
-redis.call('ZADD', P .. 'outbox', now, member)
-wake()
+redis.call('ZREM', P .. 'failed', k .. ':' .. id)
 audit(id, EVENTS[k].retry_requested, ARGV[4], now, {after_attempt = tonumber(f[2])})
 return {'ok'}
 """
@@ -289,13 +308,21 @@ local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumb
 local purged = 0
 for _, id in ipairs(due) do
   local hkey = P .. 'h:' .. id
-  local f = redis.call('HMGET', hkey, 'resume_state', 'idem_key')
+  local f = redis.call('HMGET', hkey, 'resume_state', 'idem_key', 'message_refs')
   if f[1] == 'none' or f[1] == 'completed' or not f[1] then
     redis.call('DEL', hkey, P .. 'audit:' .. id)
     if f[2] and f[2] ~= '' then redis.call('DEL', P .. 'idem:' .. f[2]) end
+    if f[3] then
+      local refs = cjson.decode(f[3])
+      if type(refs) == 'table' and refs.channel and refs.ts then
+        redis.call('DEL', P .. 'msg:' .. refs.channel .. ':' .. refs.ts)
+      end
+    end
     redis.call('ZREM', KEYS[1], id)
-    redis.call('ZREM', P .. 'outbox', 'deliver:' .. id, 'resume:' .. id)
-    redis.call('ZREM', P .. 'failed', 'deliver:' .. id, 'resume:' .. id)
+    for _, k in ipairs({'deliver', 'resume', 'notify'}) do
+      redis.call('ZREM', P .. 'outbox', k .. ':' .. id)
+      redis.call('ZREM', P .. 'failed', k .. ':' .. id)
+    end
     purged = purged + 1
   else
     -- A resume still in flight (or failed, awaiting a retry) keeps its handoff.

@@ -214,6 +214,11 @@ class Handoffs:
                 f"unknown request type {request_type!r}; use one of "
                 f"{', '.join(t.value for t in RequestType)}"
             ) from None
+        reviewers = options.get("reviewers") or self.default_reviewers
+        if isinstance(reviewers, str):
+            raise InvalidHandoffRequest(
+                f"reviewers must be a list of Slack ids, e.g. [{reviewers!r}], not a string"
+            )
         resume = options.get("resume")
         if resume:
             resolve_target(resume)
@@ -221,20 +226,22 @@ class Handoffs:
         if isinstance(expires_in, timedelta):
             expires_in = expires_in.total_seconds()
         try:
-            request = HandoffRequest(
-                run_id=run_id,
-                thread_id=thread_id,
-                request_type=kind,
-                context=options.get("context", ""),
-                payload=payload,
-                channel=options.get("channel") or self.default_channel,
-                reviewers=list(options.get("reviewers") or self.default_reviewers),
-                requester=options.get("requester"),
-                agent_name=options.get("agent_name"),
-                resume_target=resume,
-                idempotency_key=options.get("idempotency_key"),
-                expires_in_seconds=expires_in,
-                metadata=options.get("metadata") or {},
+            request = HandoffRequest.model_validate(
+                {
+                    "run_id": run_id,
+                    "thread_id": thread_id,
+                    "request_type": kind,
+                    "context": options.get("context", ""),
+                    "payload": payload,
+                    "channel": options.get("channel") or self.default_channel,
+                    "reviewers": list(reviewers),
+                    "requester": options.get("requester"),
+                    "agent_name": options.get("agent_name"),
+                    "resume_target": resume,
+                    "idempotency_key": options.get("idempotency_key"),
+                    "expires_in_seconds": expires_in,
+                    "metadata": options.get("metadata") or {},
+                }
             )
         except ValidationError as exc:
             raise InvalidHandoffRequest(_describe(exc)) from None

@@ -26,6 +26,7 @@ logger = logging.getLogger(__name__)
 JOB_FUNCTIONS: dict[TaskKind, str] = {
     TaskKind.DELIVER: "worker.jobs.run_delivery",
     TaskKind.RESUME: "worker.jobs.run_resume",
+    TaskKind.NOTIFY: "worker.jobs.run_notify",
 }
 
 # Keep finished RQ jobs briefly: the store, not RQ, is the record of what happened.

@@ -36,44 +36,57 @@ def configure(*, notifier: Notifier) -> None:
 
 def run_delivery(namespace: str, handoff_id: str) -> str:
     """RQ job: show the handoff to people through the configured notifier."""
-    return _run_task(namespace, handoff_id, TaskKind.DELIVER, _notifier.deliver)
+
+    def deliver(store: HandoffStore, handoff: Handoff, attempt: int) -> dict[str, Any] | None:
+        refs = _notifier.deliver(handoff)
+        if refs.get("channel") and refs.get("ts"):
+            store.link_message(handoff.id, str(refs["channel"]), str(refs["ts"]))
+        return refs
+
+    return _run_task(namespace, handoff_id, TaskKind.DELIVER, deliver)
 
 
 def run_resume(namespace: str, handoff_id: str) -> str:
     """RQ job: call the handoff's resume target with the decided handoff."""
-    return _run_task(namespace, handoff_id, TaskKind.RESUME, None)
+
+    def resume(store: HandoffStore, handoff: Handoff, attempt: int) -> dict[str, Any] | None:
+        call_target(resolve_target(handoff.resume_target or ""), handoff, attempt=attempt)
+        return None
+
+    return _run_task(namespace, handoff_id, TaskKind.RESUME, resume)
+
+
+def run_notify(namespace: str, handoff_id: str) -> str:
+    """RQ job: show a claim or a decision on the posted message."""
+
+    def notify(store: HandoffStore, handoff: Handoff, attempt: int) -> dict[str, Any] | None:
+        _notifier.update(handoff)
+        return None
+
+    return _run_task(namespace, handoff_id, TaskKind.NOTIFY, notify)
 
 
 def _run_task(
     namespace: str,
     handoff_id: str,
     kind: TaskKind,
-    work: Callable[[Handoff], dict[str, Any]] | None,
+    work: Callable[[HandoffStore, Handoff, int], dict[str, Any] | None],
 ) -> str:
     store = HandoffStore(_connection(), StoreConfig(namespace=namespace))
     start = store.begin_task(handoff_id, kind, run_token=uuid.uuid4().hex)
     if start.action != "run" or start.handoff is None:
         logger.info("%s of %s skipped: %s", kind.value, handoff_id, start.action)
         return start.action
-    handoff = start.handoff
-    context = {"handoff_id": handoff_id, "run_id": handoff.run_id, "attempt": start.attempt}
+    context = {"handoff_id": handoff_id, "run_id": start.handoff.run_id, "attempt": start.attempt}
     try:
-        if kind is TaskKind.DELIVER:
-            assert work is not None
-            refs = work(handoff)
-        else:
-            target = resolve_target(handoff.resume_target or "")
-            call_target(target, handoff, attempt=start.attempt)
-            refs = None
+        refs = work(store, start.handoff, start.attempt)
     except Exception as exc:
         error = f"{type(exc).__name__}: {exc}"
         logger.warning("%s attempt failed: %s", kind.value, error, extra=context)
         logger.debug("%s", traceback.format_exc())
         outcome = store.finish_task(handoff_id, kind, attempt=start.attempt, error=error)
     else:
-        outcome = store.finish_task(
-            handoff_id, kind, attempt=start.attempt, message_refs=refs or None
-        )
+        outcome = store.finish_task(handoff_id, kind, attempt=start.attempt, message_refs=refs)
         logger.info("%s %s", kind.value, outcome, extra=context)
     return outcome
 

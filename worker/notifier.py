@@ -20,7 +20,15 @@ class Notifier(Protocol):
     """
 
     def deliver(self, handoff: Handoff) -> dict[str, Any]:
-        """Post the handoff; return references to the posted message."""
+        """Post the handoff; return references to the posted message (``channel`` and
+        ``ts`` link the message to the handoff, for thread replies)."""
+        ...
+
+    def update(self, handoff: Handoff) -> None:
+        """Show the handoff's current state (claimed, decided) where it was posted.
+
+        Called after each change, possibly more than once: it must render the state it is
+        given rather than append to what it showed before."""
         ...
 
 
@@ -37,3 +45,8 @@ class LoggingNotifier:
             handoff.channel or "-",
         )
         return {"notifier": "log"}
+
+    def update(self, handoff: Handoff) -> None:
+        """Log the handoff's new state."""
+        decided_by = handoff.resume_data.decided_by if handoff.resume_data else "-"
+        logger.warning("handoff %s is %s (by %s)", handoff.id, handoff.status.value, decided_by)

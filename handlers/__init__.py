@@ -1,0 +1,17 @@
+"""Bolt listeners, one module per Slack surface; ``register`` attaches them all."""
+
+from slack_bolt import App
+
+from handlers import actions, messages, modals
+from handlers.deps import HandlerDeps, inject
+
+
+def register(app: App, deps: HandlerDeps) -> None:
+    """Attach every listener of slack-handoff to ``app``, with ``deps`` in their context."""
+    app.middleware(inject(deps))
+    actions.register(app)
+    modals.register(app)
+    messages.register(app)
+
+
+__all__ = ["HandlerDeps", "register"]

@@ -1,0 +1,139 @@
+"""Button clicks on handoff messages. Each acks, then decides, claims or opens a modal.
+
+Bolt runs these before answering Slack (``process_before_response``), so the one Redis
+transaction of a decision is acknowledged only once it is committed; ``views.open`` is
+called straight away because a trigger id expires three seconds after the click.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from slack_bolt import Ack, App, Respond
+from slack_sdk import WebClient
+from slack_sdk.errors import SlackApiError
+
+from bot import views
+from handlers.decisions import STORE_DOWN, UNAVAILABLE, Refusal, decide_as, load_for
+from handlers.deps import deps_of
+from store.exceptions import AlreadyDecided, ClaimedByOther, HandoffNotFound
+from store.models import Handoff
+
+logger = logging.getLogger(__name__)
+
+VIA_BUTTON = "slack_button"
+
+
+def register(app: App) -> None:
+    """Attach the button listeners to ``app``."""
+    app.action(views.APPROVE)(approve)
+    app.action(views.CLAIM)(claim)
+    app.action(views.VIEW_FULL)(view_full)
+    app.action(views.REJECT)(_opens(views.render_reject_modal))
+    app.action(views.EDIT)(_opens(views.render_edit_modal))
+    app.action(views.ANSWER)(_opens(views.render_answer_modal))
+    app.action(views.CORRECT)(_opens(views.render_correction_modal))
+    app.action(views.RESOLVE)(_opens(views.render_resolve_modal, needs_claim=True))
+
+
+def approve(ack: Ack, body: dict[str, Any], respond: Respond, context: dict[str, Any]) -> None:
+    """Approve: decided right here, in one Redis transaction."""
+    ack()
+    result = decide_as(deps_of(context), _user(body), _handoff_id(body), "approved", via=VIA_BUTTON)
+    if isinstance(result, Refusal):
+        _tell(respond, result.message)
+
+
+def claim(ack: Ack, body: dict[str, Any], respond: Respond, context: dict[str, Any]) -> None:
+    """Claim an escalation; the message then shows who owns it."""
+    ack()
+    deps = deps_of(context)
+    user = _user(body)
+    loaded = load_for(deps, _handoff_id(body), user, via=VIA_BUTTON)
+    if isinstance(loaded, Refusal):
+        _tell(respond, loaded.message)
+        return
+    try:
+        deps.store.claim(loaded.id, claimed_by=user)
+    except ClaimedByOther as exc:
+        _tell(respond, f"<@{exc.claimed_by}> already claimed this escalation.")
+    except (AlreadyDecided, HandoffNotFound) as exc:
+        _tell(respond, str(exc))
+    except STORE_DOWN:
+        _tell(respond, UNAVAILABLE)
+
+
+def view_full(
+    ack: Ack, body: dict[str, Any], client: WebClient, respond: Respond, context: dict[str, Any]
+) -> None:
+    """Open a modal with everything the agent sent. Open to anyone who sees the message."""
+    ack()
+    deps = deps_of(context)
+    handoff_id = _handoff_id(body)
+    try:
+        handoff = deps.store.get(handoff_id or "")
+    except HandoffNotFound:
+        _tell(respond, "This request no longer exists.")
+        return
+    except STORE_DOWN:
+        _tell(respond, UNAVAILABLE)
+        return
+    _open_modal(client, body, respond, views.render_full_content_modal(handoff))
+    deps.store.record_audit(handoff.id, "viewed_full", actor=_user(body))
+
+
+def _opens(
+    render: Callable[[Handoff], dict[str, Any]], *, needs_claim: bool = False
+) -> Callable[..., None]:
+    """A listener that opens the modal ``render`` builds, for a user allowed to decide."""
+
+    def open_modal(
+        ack: Ack, body: dict[str, Any], client: WebClient, respond: Respond, context: dict[str, Any]
+    ) -> None:
+        ack()
+        user = _user(body)
+        loaded = load_for(deps_of(context), _handoff_id(body), user, via=VIA_BUTTON)
+        if isinstance(loaded, Refusal):
+            _tell(respond, loaded.message)
+            return
+        if needs_claim and loaded.claimed_by != user:
+            owner = (
+                f"<@{loaded.claimed_by}> has claimed it" if loaded.claimed_by else "claim it first"
+            )
+            _tell(respond, f"Only the person who claimed this escalation resolves it ({owner}).")
+            return
+        _open_modal(client, body, respond, render(loaded))
+
+    open_modal.__name__ = f"open_{render.__name__.removeprefix('render_')}"
+    return open_modal
+
+
+def _open_modal(
+    client: WebClient, body: dict[str, Any], respond: Respond, view: dict[str, Any]
+) -> None:
+    try:
+        client.views_open(trigger_id=body["trigger_id"], view=view)
+    except SlackApiError as exc:
+        error = exc.response.get("error")
+        logger.warning("views.open failed: %s", error)
+        _tell(respond, "Slack did not open the form in time; please click again.")
+
+
+def _tell(respond: Respond, message: str) -> None:
+    """An ephemeral reply to the user who clicked, leaving the message as it is."""
+    try:
+        respond(text=message, response_type="ephemeral", replace_original=False)
+    except Exception:  # the reply is a courtesy; a failure must not fail the click
+        logger.exception("ephemeral reply failed")
+
+
+def _user(body: dict[str, Any]) -> str:
+    return str(body["user"]["id"])
+
+
+def _handoff_id(body: dict[str, Any]) -> str | None:
+    actions = body.get("actions") or [{}]
+    value = actions[0].get("value")
+    return str(value) if value else None

@@ -1,0 +1,64 @@
+"""Replies in a question's thread: the first reply by an allowed reviewer answers it.
+
+Slack retries events it thinks were not received, so each event is handled once, by
+``event_id``. The bot's own messages (dropped by Bolt), other bots' messages, edits,
+deletions and messages outside a handoff's thread are ignored.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from slack_bolt import App
+from slack_sdk import WebClient
+
+from handlers.decisions import STORE_DOWN, Refusal, decide_as
+from handlers.deps import deps_of
+from store.models import RequestType
+
+logger = logging.getLogger(__name__)
+
+VIA_THREAD = "slack_thread"
+
+
+def register(app: App) -> None:
+    """Attach the message-event listener to ``app``."""
+    app.event("message")(on_message)
+
+
+def on_message(
+    body: dict[str, Any], event: dict[str, Any], client: WebClient, context: dict[str, Any]
+) -> None:
+    """Answer a pending question from a reply in its thread."""
+    if event.get("subtype") or event.get("bot_id"):
+        return  # edits, deletions, joins and bots' messages never answer a question
+    thread_ts, channel, user = event.get("thread_ts"), event.get("channel"), event.get("user")
+    if not thread_ts or thread_ts == event.get("ts") or not channel or not user:
+        return
+    deps = deps_of(context)
+    try:
+        handoff_id = deps.store.handoff_for_message(channel, thread_ts)
+        if handoff_id is None:
+            return
+        event_id = body.get("event_id")
+        if event_id and not deps.store.first_sighting(str(event_id)):
+            logger.info("duplicate event ignored", extra={"event_id": event_id})
+            return
+        handoff = deps.store.get(handoff_id)
+    except STORE_DOWN:
+        logger.exception("store unavailable while reading a thread reply")
+        return
+    if handoff.request_type is not RequestType.QUESTION:
+        return
+    text = (event.get("text") or "").strip()
+    if not text:
+        return
+    result = decide_as(deps, user, handoff_id, "answered", via=VIA_THREAD, answer=text)
+    if isinstance(result, Refusal):
+        try:
+            client.chat_postEphemeral(
+                channel=channel, user=user, thread_ts=thread_ts, text=result.message
+            )
+        except Exception:  # a courtesy reply; the decision (or refusal) already stands
+            logger.exception("ephemeral reply failed")

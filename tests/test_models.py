@@ -1,0 +1,226 @@
+"""The pydantic models: what agents may send, and how a stored handoff is read back."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+from redis import Redis
+
+from store.models import (
+    ApprovalPayload,
+    AuditEvent,
+    CorrectionPayload,
+    EscalationPayload,
+    Handoff,
+    HandoffRequest,
+    ProposedAction,
+    QuestionPayload,
+    RequestType,
+    ResumeData,
+    Status,
+    TaskState,
+)
+from store.repository import HandoffStore
+
+PAYLOADS: dict[str, dict[str, Any]] = {
+    "approval": {"kind": "approval", "action": {"name": "refund", "args": {"amount": 30}}},
+    "question": {"kind": "question", "question": "Which customer?", "choices": ["A", "B"]},
+    "correction": {"kind": "correction", "draft": "Dear customer", "instructions": "be polite"},
+    "escalation": {"kind": "escalation", "summary": "Customer threatens legal action"},
+}
+
+
+def request_data(request_type: str, **overrides: Any) -> dict[str, Any]:
+    return {
+        "run_id": "run-1",
+        "thread_id": "t-1",
+        "request_type": request_type,
+        "payload": PAYLOADS[request_type],
+        **overrides,
+    }
+
+
+@pytest.mark.parametrize("request_type", list(PAYLOADS))
+def test_each_request_type_accepts_its_own_payload(request_type: str) -> None:
+    request = HandoffRequest.model_validate(request_data(request_type))
+
+    assert request.request_type is RequestType(request_type)
+    assert request.payload.kind == request_type
+
+
+@pytest.mark.parametrize(
+    ("request_type", "payload_kind"),
+    [
+        ("approval", "question"),
+        ("question", "approval"),
+        ("correction", "escalation"),
+        ("escalation", "correction"),
+    ],
+)
+def test_payload_kind_must_match_request_type(request_type: str, payload_kind: str) -> None:
+    data = request_data(request_type, payload=PAYLOADS[payload_kind])
+
+    with pytest.raises(ValidationError, match="payload"):
+        HandoffRequest.model_validate(data)
+
+
+def test_unknown_request_type_is_rejected() -> None:
+    with pytest.raises(ValidationError, match="request_type"):
+        HandoffRequest.model_validate({**request_data("question"), "request_type": "bogus"})
+
+
+def test_unknown_payload_kind_is_rejected() -> None:
+    data = request_data("question", payload={"kind": "poll", "question": "?"})
+
+    with pytest.raises(ValidationError):
+        HandoffRequest.model_validate(data)
+
+
+@pytest.mark.parametrize(
+    ("model", "data"),
+    [
+        (HandoffRequest, {**request_data("question"), "priority": "high"}),
+        (QuestionPayload, {"question": "?", "urgent": True}),
+        (ApprovalPayload, {"action": {"name": "x"}, "note": "n"}),
+        (ProposedAction, {"name": "x", "arguments": {}}),
+        (CorrectionPayload, {"draft": "d", "tone": "warm"}),
+        (EscalationPayload, {"summary": "s", "severity": 1}),
+        (ResumeData, {"decision_id": "d", "outcome": "approved", "decided_by": "U1", "x": 1}),
+    ],
+)
+def test_extra_fields_are_forbidden(model: type, data: dict[str, Any]) -> None:
+    with pytest.raises(ValidationError, match="Extra inputs are not permitted"):
+        model.model_validate(data)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("run_id", ""),
+        ("thread_id", ""),
+        ("idempotency_key", ""),
+        ("expires_in_seconds", 0),
+        ("expires_in_seconds", -5),
+    ],
+)
+def test_request_fields_are_validated(field: str, value: Any) -> None:
+    with pytest.raises(ValidationError, match=field):
+        HandoffRequest.model_validate({**request_data("question"), field: value})
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"kind": "question", "question": ""},
+        {"kind": "approval", "action": {"name": ""}},
+        {"kind": "correction", "draft": ""},
+        {"kind": "escalation", "summary": ""},
+    ],
+)
+def test_payloads_need_their_main_text(payload: dict[str, Any]) -> None:
+    with pytest.raises(ValidationError):
+        HandoffRequest.model_validate(request_data(payload["kind"], payload=payload))
+
+
+def test_from_redis_hash_reads_every_stored_field() -> None:
+    request = HandoffRequest.model_validate(
+        request_data(
+            "approval",
+            context="Customer was double charged",
+            channel="C1",
+            reviewers=["U1", "S2"],
+            requester="U9",
+            agent_name="billing-bot",
+            resume_target="tests.resume_targets:record",
+            idempotency_key="k1",
+            expires_in_seconds=60,
+            metadata={"ticket": 42},
+        )
+    )
+    decision = ResumeData(
+        decision_id="d-1",
+        outcome=Status.APPROVED,
+        decided_by="U1",
+        via="slack",
+        comment="ok",
+        edited_args={"amount": 25},
+    )
+    fields = {
+        "request": request.model_dump_json(),
+        "status": "approved",
+        "decision": decision.model_dump_json(exclude={"decided_at"}),
+        "created_at": "1700000000000",
+        "decided_at": "1700000005000",
+        "expires_at": "1700000060000",
+        "claimed_by": "",
+        "claimed_at": "0",
+        "deliver_state": "completed",
+        "deliver_attempt": "1",
+        "deliver_limit": "8",
+        "deliver_done_at": "1700000001000",
+        "resume_state": "retrying",
+        "resume_attempt": "2",
+        "resume_limit": "5",
+        "resume_error": "timeout",
+        "message_refs": json.dumps({"channel": "C1", "ts": "1.2"}),
+        "version": "4",
+    }
+
+    handoff = Handoff.from_redis_hash("ho_X", fields)
+
+    assert handoff.id == "ho_X"
+    assert handoff.payload == request.payload
+    for name in ("run_id", "thread_id", "request_type", "context", "channel", "reviewers"):
+        assert getattr(handoff, name) == getattr(request, name), name
+    for name in ("requester", "agent_name", "resume_target", "idempotency_key", "metadata"):
+        assert getattr(handoff, name) == getattr(request, name), name
+    assert handoff.status is Status.APPROVED
+    assert not handoff.is_pending
+    assert handoff.created_at == datetime(2023, 11, 14, 22, 13, 20, tzinfo=UTC)
+    assert handoff.decided_at == datetime(2023, 11, 14, 22, 13, 25, tzinfo=UTC)
+    assert handoff.expires_at == datetime(2023, 11, 14, 22, 14, 20, tzinfo=UTC)
+    assert handoff.claimed_by is None
+    assert handoff.claimed_at is None
+    assert handoff.resume_data == decision.model_copy(update={"decided_at": handoff.decided_at})
+    assert handoff.delivery.state is TaskState.COMPLETED
+    assert handoff.delivery.completed_at == datetime(2023, 11, 14, 22, 13, 21, tzinfo=UTC)
+    assert handoff.resume.state is TaskState.RETRYING
+    assert (handoff.resume.attempt, handoff.resume.max_attempts) == (2, 5)
+    assert handoff.resume.last_error == "timeout"
+    assert handoff.message_refs == {"channel": "C1", "ts": "1.2"}
+    assert handoff.version == 4
+
+
+def test_stored_handoff_reads_back_as_created(redis: Redis) -> None:
+    store = HandoffStore(redis)
+    request = HandoffRequest.model_validate(
+        request_data("correction", context="draft reply", metadata={"lang": "en"})
+    )
+
+    created = store.create(request, handoff_id="ho_01JDZ3Q6T5N9W2V8K4M7R1X0BC").handoff
+    raw = {k.decode(): v.decode() for k, v in redis.hgetall(store.keys.handoff(created.id)).items()}
+    reread = Handoff.from_redis_hash(created.id, raw)
+
+    assert reread == created
+    assert reread.payload == request.payload
+    assert reread.metadata == {"lang": "en"}
+    assert reread.status is Status.PENDING
+    assert reread.resume_data is None
+    assert reread.delivery.state is TaskState.QUEUED
+    assert reread.resume.state is TaskState.NONE
+
+
+def test_audit_event_reads_lua_json_with_empty_detail_array() -> None:
+    raw = json.dumps(
+        {"event": "claimed", "handoff_id": "ho_X", "actor": "U1", "at": 1700000000000, "detail": []}
+    )
+
+    event = AuditEvent.from_json(raw)
+
+    assert event.detail == {}
+    assert event.at == datetime(2023, 11, 14, 22, 13, 20, tzinfo=UTC)
+    assert (event.event, event.handoff_id, event.actor) == ("claimed", "ho_X", "U1")
