@@ -13,6 +13,7 @@ from bot.config import Settings
 from store.exceptions import HandoffError
 from store.models import Status, TaskKind
 from store.repository import HandoffStore
+from worker.notifier import LoggingNotifier, Notifier
 
 
 def _settings() -> Settings:
@@ -65,12 +66,49 @@ def worker(burst: bool, no_dispatcher: bool, name: str | None) -> None:
         _require_redis_url(settings),
         store_config=settings.store_config(),
         queue_name=settings.queue,
+        notifier=_notifier(settings),
         with_dispatcher=not no_dispatcher,
         dispatch_interval=settings.sweep_interval_seconds,
         dispatch_timeout=settings.dispatch_timeout_seconds,
         burst=burst,
         name=name,
     )
+
+
+def _notifier(settings: Settings) -> Notifier:
+    if not settings.slack_bot_token:
+        logging.getLogger(__name__).warning("SLACK_BOT_TOKEN is not set: handoffs go to the log")
+        return LoggingNotifier()
+    from bot.notifier import SlackNotifier
+    from bot.slack_client import make_web_client
+
+    return SlackNotifier(make_web_client(settings), default_channel=settings.channel)
+
+
+@main.command()
+@click.option("--host", default="0.0.0.0", show_default=True)
+@click.option("--port", default=3000, show_default=True)
+@click.option("--workers", default=2, show_default=True, help="gunicorn worker processes.")
+@click.option("--threads", default=8, show_default=True, help="Threads per worker process.")
+@click.option(
+    "--socket-mode", is_flag=True, help="Use Socket Mode (default when SLACK_APP_TOKEN is set)."
+)
+def serve(host: str, port: int, workers: int, threads: int, socket_mode: bool) -> None:
+    """Serve the Slack bot: HTTP on /slack/events (and GET /healthz), or Socket Mode."""
+    from bot.app import ConfigurationError
+    from bot.server import serve_http, serve_socket_mode
+
+    settings = _settings()
+    _require_redis_url(settings)
+    try:
+        if socket_mode or settings.slack_app_token:
+            if not settings.slack_app_token:
+                raise click.UsageError("--socket-mode needs SLACK_APP_TOKEN (xapp-...)")
+            serve_socket_mode(settings)
+        else:
+            serve_http(settings, host=host, port=port, workers=workers, threads=threads)
+    except ConfigurationError as exc:
+        raise click.UsageError(str(exc)) from exc
 
 
 @main.command()

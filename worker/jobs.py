@@ -60,8 +60,7 @@ def run_notify(namespace: str, handoff_id: str) -> str:
     """RQ job: show a claim or a decision on the posted message."""
 
     def notify(store: HandoffStore, handoff: Handoff, attempt: int) -> dict[str, Any] | None:
-        _notifier.update(handoff)
-        return None
+        return _notifier.update(handoff)
 
     return _run_task(namespace, handoff_id, TaskKind.NOTIFY, notify)
 

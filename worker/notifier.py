@@ -24,11 +24,12 @@ class Notifier(Protocol):
         ``ts`` link the message to the handoff, for thread replies)."""
         ...
 
-    def update(self, handoff: Handoff) -> None:
+    def update(self, handoff: Handoff) -> dict[str, Any] | None:
         """Show the handoff's current state (claimed, decided) where it was posted.
 
         Called after each change, possibly more than once: it must render the state it is
-        given rather than append to what it showed before."""
+        given rather than append to what it showed before. Returns new message references
+        to store (replacing the old ones), or None to keep them."""
         ...
 
 
@@ -46,7 +47,8 @@ class LoggingNotifier:
         )
         return {"notifier": "log"}
 
-    def update(self, handoff: Handoff) -> None:
+    def update(self, handoff: Handoff) -> dict[str, Any] | None:
         """Log the handoff's new state."""
         decided_by = handoff.resume_data.decided_by if handoff.resume_data else "-"
         logger.warning("handoff %s is %s (by %s)", handoff.id, handoff.status.value, decided_by)
+        return None

@@ -1,0 +1,63 @@
+"""The Bolt app factory."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from redis import Redis
+from slack_bolt import App
+from slack_sdk import WebClient
+
+from bot.config import Settings
+from bot.reviewers import ReviewerPolicy
+from bot.slack_client import make_web_client
+from handlers import HandlerDeps, register
+from store.repository import HandoffStore
+
+
+class ConfigurationError(Exception):
+    """The settings cannot run the bot; the message says which to set."""
+
+
+def create_app(settings: Settings, *, redis: Redis, client: WebClient | None = None) -> App:
+    """Build the Bolt app with every slack-handoff listener.
+
+    Listeners run before the HTTP response (``process_before_response``): a decision is
+    one Redis transaction, well inside Slack's 3 seconds, and is committed before Slack
+    hears "ok". Slow work (message updates, resumes) happens in workers.
+    """
+    if os.environ.get("SLACK_CLIENT_ID") and os.environ.get("SLACK_CLIENT_SECRET"):
+        # Bolt would silently switch to multi-workspace OAuth mode.
+        raise ConfigurationError(
+            "SLACK_CLIENT_ID and SLACK_CLIENT_SECRET are set; slack-handoff is a "
+            "single-workspace app: unset them and use SLACK_BOT_TOKEN"
+        )
+    if not settings.slack_bot_token:
+        raise ConfigurationError("SLACK_BOT_TOKEN is not set (xoxb-...)")
+    if not settings.slack_signing_secret and not settings.slack_app_token:
+        raise ConfigurationError(
+            "SLACK_SIGNING_SECRET is not set; it is needed to verify requests from Slack "
+            "(or set SLACK_APP_TOKEN to use Socket Mode)"
+        )
+    client = client or make_web_client(settings)
+    app = App(
+        token=settings.slack_bot_token,
+        signing_secret=settings.slack_signing_secret or "socket-mode",
+        client=client,
+        token_verification_enabled=False,
+        process_before_response=True,
+        logger=logging.getLogger("bot.bolt"),
+    )
+    store = HandoffStore(redis, settings.store_config())
+    reviewers = ReviewerPolicy(
+        client,
+        redis,
+        store.keys,
+        admins=settings.admin_ids,
+        default_reviewers=settings.default_reviewer_ids,
+        block_self_approval=settings.block_self_approval,
+        cache_seconds=settings.usergroup_cache_seconds,
+    )
+    register(app, HandlerDeps(store=store, reviewers=reviewers))
+    return app

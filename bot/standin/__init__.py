@@ -1,0 +1,32 @@
+"""A local Slack stand-in: the Web API the bot calls, and people clicking what the bot posted.
+
+Used by the tests and by ``handoff dev``. See ``SlackStandIn`` for an example.
+"""
+
+from bot.standin.records import (
+    ApiCall,
+    BotUnreachable,
+    ElementNotFound,
+    Ephemeral,
+    Message,
+    MessageVersion,
+    Response,
+    StandInError,
+    StandInUser,
+    View,
+)
+from bot.standin.server import SlackStandIn
+
+__all__ = [
+    "ApiCall",
+    "BotUnreachable",
+    "ElementNotFound",
+    "Ephemeral",
+    "Message",
+    "MessageVersion",
+    "Response",
+    "SlackStandIn",
+    "StandInError",
+    "StandInUser",
+    "View",
+]

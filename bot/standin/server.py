@@ -1,0 +1,769 @@
+"""``SlackStandIn``: a local HTTP server that plays Slack for the bot, in both directions.
+
+Toward the bot it is the Web API (point ``slack_sdk.WebClient(base_url=standin.api_url)`` at it)
+and the response_url host. Toward the bot's request URL it is Slack delivering what a person did:
+clicks on the buttons the bot actually posted, modal submissions, messages, slash commands,
+signed exactly as Slack signs them.
+
+Example::
+
+    with SlackStandIn(signing_secret="s3cret", users=[StandInUser("U0ALICE", "alice")]) as slack:
+        slack.bot_url = "http://127.0.0.1:3000/slack/events"
+        client = WebClient(token=slack.bot_token, base_url=slack.api_url)
+        posted = client.chat_postMessage(channel="C0APPROVALS", text="Approve?", blocks=[...])
+        slack.click("U0ALICE", slack.message("C0APPROVALS", posted["ts"]), "approve")
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import socket
+import struct
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import MappingProxyType
+from typing import Any, TypeVar
+from urllib.parse import urlencode, urlsplit
+
+from slack_sdk.signature import SignatureVerifier
+
+from bot.standin import answers, payloads, webapi
+from bot.standin.blockkit import (
+    find_element,
+)
+from bot.standin.records import (
+    ApiCall,
+    BotUnreachable,
+    ElementNotFound,
+    Ephemeral,
+    Message,
+    Response,
+    StandInError,
+    StandInUser,
+    View,
+)
+from bot.standin.workspace import (
+    TRIGGER_TTL_SECONDS,
+    ApiError,
+    Fault,
+    Workspace,
+)
+
+logger = logging.getLogger(__name__)
+
+ACK_TIMEOUT_SECONDS = 3.0
+"""How long Slack waits for the bot to answer a request before showing the person an error."""
+USER_AGENT = "Slackbot 1.0 (+https://api.slack.com/robots)"
+
+_NO_GROUPS: Mapping[str, Sequence[str]] = MappingProxyType({})
+_NO_CHANNELS: Mapping[str, str] = MappingProxyType({})
+_SERVER_ERRORS = {500: "internal_error", 502: "bad_gateway", 503: "service_unavailable"}
+
+T = TypeVar("T")
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    standin: SlackStandIn
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+
+    def do_POST(self) -> None:
+        self.server.standin._serve(self)
+
+    do_GET = do_POST
+
+    def log_message(self, format: str, *args: Any) -> None:
+        logger.debug("stand-in %s - %s", self.address_string(), format % args)
+
+
+class SlackStandIn:
+    """A fake Slack for tests and ``handoff dev``: Web API, response URLs, and people acting.
+
+    ``users`` are the workspace's members (the bot user is added); ``usergroups`` maps a user
+    group id to member ids; ``channels`` maps channel ids to names. Start it with ``start()`` or
+    a ``with`` block; set ``bot_url`` before acting as a person.
+    """
+
+    def __init__(
+        self,
+        *,
+        signing_secret: str,
+        bot_token: str = "xoxb-standin-token",
+        bot_user_id: str = "U0BOT",
+        bot_id: str = "B0BOT",
+        team_id: str = "T0STANDIN",
+        users: Iterable[StandInUser] = (),
+        usergroups: Mapping[str, Sequence[str]] = _NO_GROUPS,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        app_id: str = "A0STANDIN",
+        team_domain: str = "standin",
+        bot_name: str = "handoff",
+        channels: Mapping[str, str] = _NO_CHANNELS,
+        bot_url: str | None = None,
+        trigger_ttl: float = TRIGGER_TTL_SECONDS,
+        ack_timeout: float | None = ACK_TIMEOUT_SECONDS,
+    ) -> None:
+        self.signing_secret = signing_secret
+        self.bot_token = bot_token
+        self.bot_url = bot_url
+        """The bot's request URL (e.g. http://127.0.0.1:3000/slack/events)."""
+        self.ack_timeout = ack_timeout
+        """Seconds to wait for the bot's answer; None waits forever (handy under a debugger)."""
+        self._host = host
+        self._port = port
+        self._verifier = SignatureVerifier(signing_secret)
+        self._ws = Workspace(
+            team_id=team_id,
+            team_domain=team_domain,
+            bot_user_id=bot_user_id,
+            bot_id=bot_id,
+            app_id=app_id,
+            bot_name=bot_name,
+            users=users,
+            usergroups=usergroups,
+            channels=channels,
+            trigger_ttl=trigger_ttl,
+        )
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+
+    # Lifecycle
+
+    def start(self) -> None:
+        """Listen (on ``port``, or a free one if 0) and serve in a background thread."""
+        if self._server is not None:
+            raise StandInError("the stand-in is already running")
+        self._stopping.clear()
+        server = _Server((self._host, self._port), _Handler)
+        server.standin = self
+        self._server = server
+        self._thread = threading.Thread(
+            target=server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            daemon=True,
+            name="slack-standin",
+        )
+        self._thread.start()
+        logger.info("Slack stand-in listening at %s", self.url)
+
+    def stop(self) -> None:
+        """Stop serving and close the socket (injected delays are cut short). Idempotent."""
+        server, self._server = self._server, None
+        if server is None:
+            return
+        self._stopping.set()
+        server.shutdown()
+        server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def __enter__(self) -> SlackStandIn:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    @property
+    def url(self) -> str:
+        """The stand-in's base URL, e.g. "http://127.0.0.1:53127/"."""
+        if self._server is None:
+            raise StandInError("start() the stand-in first")
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}/"
+
+    @property
+    def api_url(self) -> str:
+        """Base URL for ``WebClient(base_url=...)``: slack_sdk appends the method name."""
+        return self.url + "api/"
+
+    @property
+    def team_id(self) -> str:
+        """The workspace's team id."""
+        return self._ws.team_id
+
+    @property
+    def bot_user_id(self) -> str:
+        """The bot's user id (the ``user`` of its messages)."""
+        return self._ws.bot_user_id
+
+    # What the bot did
+
+    def _snapshot(self, value: T) -> T:
+        with self._ws.lock:
+            return copy.deepcopy(value)
+
+    def messages(self, channel: str | None = None) -> list[Message]:
+        """Messages (top-level and thread replies, not deleted) in post order."""
+        with self._ws.lock:
+            return self._snapshot(
+                [
+                    m
+                    for m in self._ws.messages
+                    if not m.deleted and (channel is None or m.channel == channel)
+                ]
+            )
+
+    def message(self, channel: str, ts: str) -> Message:
+        """The message at (channel, ts), even if deleted; ``KeyError`` if there is none."""
+        with self._ws.lock:
+            found = self._ws.find_message(channel, ts)
+            if found is None:
+                raise KeyError(f"no message {ts} in {channel}")
+            return self._snapshot(found)
+
+    def thread(self, channel: str, thread_ts: str) -> list[Message]:
+        """The replies in a thread (not its parent), oldest first."""
+        return self._snapshot(self._ws.replies(channel, thread_ts))
+
+    def ephemerals(self, user: str | None = None) -> list[Ephemeral]:
+        """Ephemeral messages (not deleted), optionally only those ``user`` saw."""
+        with self._ws.lock:
+            return self._snapshot(
+                [
+                    e
+                    for e in self._ws.ephemerals
+                    if not e.deleted and (user is None or e.user == user)
+                ]
+            )
+
+    def views(self, user: str | None = None) -> list[View]:
+        """Modals, open and closed, in the order they were opened (App Home tabs: ``home``)."""
+        with self._ws.lock:
+            return self._snapshot(
+                [
+                    v
+                    for v in self._ws.views.values()
+                    if v.type != "home" and (user is None or v.user == user)
+                ]
+            )
+
+    def view(self, view_id: str) -> View:
+        """The current version of a modal or Home tab; ``KeyError`` if there is none."""
+        with self._ws.lock:
+            return self._snapshot(self._ws.views[view_id])
+
+    def home(self, user_id: str) -> View | None:
+        """The App Home tab the bot last published for ``user_id``, if any."""
+        with self._ws.lock:
+            view_id = self._ws.homes.get(user_id)
+            return None if view_id is None else self._snapshot(self._ws.views[view_id])
+
+    def calls(self, method: str | None = None) -> list[ApiCall]:
+        """Every Web API call (and response_url post, method "response_url"), in order."""
+        with self._ws.lock:
+            return self._snapshot(
+                [c for c in self._ws.calls if method is None or c.method == method]
+            )
+
+    # Fault injection
+
+    def fail_next(
+        self,
+        method: str,
+        *,
+        status: int = 500,
+        times: int = 1,
+        retry_after: int | None = None,
+        delay: float = 0.0,
+        reset_connection: bool = False,
+        error: str | None = None,
+    ) -> None:
+        """Make the next ``times`` calls of ``method`` ("*": any method) fail.
+
+        ``status`` 429 answers ``{"ok": false, "error": "ratelimited"}`` with ``Retry-After``
+        (``retry_after``, default 1); 5xx answers an error body. ``error`` instead answers HTTP 200
+        ``{"ok": false, "error": error}``. ``reset_connection`` closes the socket unanswered.
+        ``delay`` waits first (to trip client timeouts); with ``status=200`` and no error the call
+        is then carried out normally, as when Slack did the work but answered too late.
+        """
+        if times < 1:
+            raise ValueError("times must be at least 1")
+        fault = Fault(
+            status=status,
+            retry_after=retry_after,
+            delay=delay,
+            reset_connection=reset_connection,
+            error=error,
+        )
+        with self._ws.lock:
+            self._ws.faults.setdefault(method, deque()).extend([fault] * times)
+
+    # The HTTP side
+
+    def _serve(self, handler: _Handler) -> None:
+        parts = urlsplit(handler.path)
+        length = int(handler.headers.get("Content-Length") or 0)
+        body = handler.rfile.read(length) if length else b""
+        if parts.path.startswith("/api/"):
+            self._serve_api(handler, parts.path[len("/api/") :], parts.query, body)
+        elif parts.path.startswith("/response/"):
+            self._serve_response_url(handler, parts.path[len("/response/") :], body)
+        else:
+            _answer(handler, 404, b"not found", "text/plain")
+
+    def _serve_api(self, handler: _Handler, method: str, query: str, body: bytes) -> None:
+        content_type = handler.headers.get("Content-Type", "")
+        try:
+            params = webapi.decode_params(query, body, content_type)
+            decode_error: ApiError | None = None
+        except ApiError as exc:
+            params, decode_error = {}, exc
+        token = params.pop("token", None)
+        fault = self._ws.take_fault(method)
+        if fault is not None:
+            if fault.delay:
+                self._stopping.wait(fault.delay)
+            if fault.reset_connection:
+                self._record(method, params, 0, {})
+                _reset(handler)
+                return
+            if fault.error is not None or fault.status >= 300:
+                self._answer_fault(handler, method, params, fault)
+                return
+        status, answer = 200, self._call(method, params, handler, token, decode_error)
+        self._record(method, params, status, answer)
+        _answer(handler, status, json.dumps(answer).encode(), "application/json; charset=utf-8")
+
+    def _call(
+        self,
+        method: str,
+        params: dict[str, Any],
+        handler: _Handler,
+        token: Any,
+        decode_error: ApiError | None,
+    ) -> dict[str, Any]:
+        if method not in webapi.METHODS:
+            return {"ok": False, "error": "unknown_method", "req_method": method}
+        authorization = handler.headers.get("Authorization", "")
+        if authorization.startswith("Bearer "):
+            token = authorization[len("Bearer ") :]
+        if not token:
+            return {"ok": False, "error": "not_authed"}
+        if token != self.bot_token:
+            return {"ok": False, "error": "invalid_auth"}
+        try:
+            if decode_error is not None:
+                raise decode_error
+            with self._ws.lock:
+                return {"ok": True, **webapi.METHODS[method](self._ws, params)}
+        except ApiError as exc:
+            return {"ok": False, "error": exc.error, **exc.extra}
+
+    def _answer_fault(
+        self, handler: _Handler, method: str, params: dict[str, Any], fault: Fault
+    ) -> None:
+        headers: dict[str, str] = {}
+        if fault.error is not None:
+            status, answer = 200, {"ok": False, "error": fault.error}
+        elif fault.status == 429:
+            status, answer = 429, {"ok": False, "error": "ratelimited"}
+            headers["Retry-After"] = str(1 if fault.retry_after is None else fault.retry_after)
+        else:
+            status = fault.status
+            answer = {"ok": False, "error": _SERVER_ERRORS.get(status, "fatal_error")}
+        self._record(method, params, status, answer)
+        _answer(handler, status, json.dumps(answer).encode(), "application/json", headers)
+
+    def _record(
+        self, method: str, params: dict[str, Any], status: int, answer: dict[str, Any]
+    ) -> None:
+        call = ApiCall(
+            method=method,
+            params=copy.deepcopy(params),
+            http_status=status,
+            response=copy.deepcopy(answer),
+            at=time.time(),
+        )
+        with self._ws.lock:
+            self._ws.calls.append(call)
+
+    def _serve_response_url(self, handler: _Handler, token: str, body: bytes) -> None:
+        """A POST to a response_url (see ``answers.post_to_response_url``)."""
+        try:
+            sent = json.loads(body or b"null")
+        except ValueError:
+            sent = None
+        with self._ws.lock:
+            status, answer = answers.post_to_response_url(self._ws, token, sent)
+            self._record(
+                "response_url",
+                sent if isinstance(sent, dict) else {},
+                status,
+                {"ok": status == 200, **({} if status == 200 else {"error": answer})},
+            )
+        _answer(handler, status, answer.encode(), "text/html")
+
+    # Acting as a person
+
+    def click(
+        self,
+        user_id: str,
+        target: Message | View | Ephemeral,
+        action_id: str,
+        *,
+        block_id: str | None = None,
+        value: str | None = None,
+        selected_option: str | None = None,
+    ) -> Response:
+        """``user_id`` uses the element ``action_id`` of a message, ephemeral or view they got.
+
+        ``target`` is a snapshot from ``messages()``/``message()``/``views()``/``home()``/
+        ``ephemerals()``: the version the person sees (an older snapshot models a person whose
+        screen has not refreshed yet). Raises ``ElementNotFound`` if no such element is in it,
+        ``StandInError`` if the message was deleted or the view closed. ``selected_option`` is
+        the value picked in a select, overflow or radio group; ``value`` replaces a button's own
+        value (to model a tampered payload). Sends a signed block_actions payload.
+        """
+        ws = self._ws
+        with ws.lock:
+            self._require_user(user_id)
+            block, element = self._element(target.blocks, action_id, block_id)
+            used = payloads.action(block, element, value=value, selected_option=selected_option)
+            trigger_id = ws.issue_trigger(user_id)
+            common: dict[str, Any] = {
+                "user": user_id,
+                "trigger_id": trigger_id,
+                "action_payload": used,
+                "state": payloads.state_of_action(block, used),
+            }
+            if isinstance(target, View):
+                current = ws.views.get(target.id)
+                if current is None or current.closed:
+                    raise StandInError(f"view {target.id} is closed: nobody can click in it")
+                if current.user != user_id:
+                    raise StandInError(f"view {target.id} is {current.user}'s, not {user_id}'s")
+                view = copy.deepcopy(target.view)
+                view["state"] = copy.deepcopy(current.view.get("state", {"values": {}}))
+                payload = payloads.block_actions(
+                    ws, container={"type": "view", "view_id": target.id}, view=view, **common
+                )
+            else:
+                payload = self._message_click(user_id, target, common)
+        return self._send_interaction(payload)
+
+    def _message_click(
+        self, user_id: str, target: Message | Ephemeral, common: dict[str, Any]
+    ) -> dict[str, Any]:
+        ws = self._ws
+        is_ephemeral = isinstance(target, Ephemeral)
+        if isinstance(target, Ephemeral):
+            if target.user != user_id:
+                raise StandInError(f"only {target.user} sees that ephemeral message")
+            current_deleted = next(
+                (e.deleted for e in ws.ephemerals if e.ts == target.ts and e.user == user_id), True
+            )
+        else:
+            found = ws.find_message(target.channel, target.ts)
+            current_deleted = found is None or found.deleted
+        if current_deleted:
+            raise StandInError(
+                f"message {target.ts} in {target.channel} is gone: nobody can click it"
+            )
+        container: dict[str, Any] = {
+            "type": "message",
+            "message_ts": target.ts,
+            "channel_id": target.channel,
+            "is_ephemeral": is_ephemeral,
+        }
+        if target.thread_ts:
+            container["thread_ts"] = target.thread_ts
+        token = ws.issue_response_url(
+            user=user_id, channel=target.channel, message_ts=target.ts, is_ephemeral=is_ephemeral
+        )
+        return payloads.block_actions(
+            ws,
+            container=container,
+            channel=target.channel,
+            message=None if isinstance(target, Ephemeral) else target.to_slack(ws.team_id),
+            response_url=f"{self.url}response/{token}",
+            **common,
+        )
+
+    def submit_view(
+        self, user_id: str, view: View, values: Mapping[str, Mapping[str, Any]]
+    ) -> Response:
+        """``user_id`` fills in and submits their open modal ``view``.
+
+        ``values`` maps block_id -> action_id -> what was entered: a str (typed text, or the value
+        of the picked option), a list of str (multi-selects), or an already-shaped dict passed
+        through. Inputs left out are sent empty, as Slack does. The bot's answer is applied like
+        Slack applies it: ``response_action`` "errors" sets ``errors`` (the modal stays open),
+        "update"/"push"/"clear" change the stack, and an empty 200 closes the modal. Anything else
+        sets ``submission_error`` and leaves the modal open.
+        """
+        ws = self._ws
+        with ws.lock:
+            self._require_user(user_id)
+            current = ws.views.get(view.id)
+            if current is None or current.closed or current.type != "modal":
+                raise StandInError(f"view {view.id} is not an open modal: it cannot be submitted")
+            if current.user != user_id:
+                raise StandInError(f"view {view.id} is {current.user}'s, not {user_id}'s")
+            state = payloads.view_state_values(view.blocks, values)
+            current.view["state"] = {"values": copy.deepcopy(state)}
+            shaped = copy.deepcopy(view.view)
+            shaped["state"] = {"values": state}
+            payload = payloads.view_submission(
+                ws, user=user_id, trigger_id=ws.issue_trigger(user_id), view=shaped
+            )
+        response = self._send_interaction(payload)
+        with ws.lock:
+            answers.apply_submission_answer(ws, ws.views[view.id], response)
+        return response
+
+    def close_view(self, user_id: str, view: View) -> Response | None:
+        """``user_id`` dismisses their modal (the Cancel or X button).
+
+        Closes it (the whole stack if it has ``clear_on_close``) and, if it has
+        ``notify_on_close``, sends the bot a view_closed payload and returns the answer.
+        """
+        ws = self._ws
+        with ws.lock:
+            current = ws.views.get(view.id)
+            if current is None or current.closed or current.user != user_id:
+                raise StandInError(f"{user_id} has no open modal {view.id}")
+            cleared = bool(current.view.get("clear_on_close"))
+            notify = bool(current.view.get("notify_on_close"))
+            shaped = copy.deepcopy(current.view)
+            answers.close_modal(ws, current, cleared=cleared)
+        if not notify:
+            return None
+        return self._send_interaction(
+            payloads.view_closed(ws, user=user_id, view=shaped, cleared=cleared)
+        )
+
+    def post_message(
+        self,
+        user_id: str,
+        channel: str,
+        text: str,
+        *,
+        thread_ts: str | None = None,
+        event_id: str | None = None,
+        bot_id: str | None = None,
+        subtype: str | None = None,
+    ) -> tuple[Message, Response]:
+        """``user_id`` writes ``text`` in ``channel`` (in the thread ``thread_ts`` if given).
+
+        The message is recorded first, then delivered as a ``message`` event. ``bot_id`` makes
+        it another app's message; ``subtype`` sets the event subtype.
+        """
+        ws = self._ws
+        with ws.lock:
+            self._require_user(user_id)
+            try:
+                resolved = ws.resolve_channel(channel)
+                recorded = webapi.post_message(
+                    ws,
+                    channel=resolved,
+                    text=text,
+                    blocks=payloads.rich_text(text),
+                    thread_ts=thread_ts,
+                    user=user_id,
+                    bot_id=bot_id,
+                    metadata=None,
+                )
+            except ApiError as exc:
+                raise StandInError(f"cannot post in {channel} ({thread_ts=}): {exc.error}") from exc
+            parent = ws.find_message(resolved, recorded.thread_ts) if recorded.thread_ts else None
+            event = payloads.message_event(
+                ws,
+                message=recorded.to_slack(ws.team_id),
+                channel=resolved,
+                parent_user_id=parent.user if parent else None,
+                subtype=subtype,
+            )
+            snapshot = copy.deepcopy(recorded)
+        return snapshot, self.send_event(event, event_id=event_id)
+
+    def send_app_home_opened(self, user_id: str) -> Response:
+        """``user_id`` opens the bot's Home tab (the event carries the view last published)."""
+        ws = self._ws
+        with ws.lock:
+            self._require_user(user_id)
+            event: dict[str, Any] = {
+                "type": "app_home_opened",
+                "user": user_id,
+                "channel": ws.dm_channel(user_id),
+                "tab": "home",
+                "event_ts": payloads.action_ts(),
+            }
+            home = ws.views.get(ws.homes.get(user_id, ""))
+            if home is not None:
+                event["view"] = copy.deepcopy(home.view)
+        return self.send_event(event)
+
+    def send_event(self, event: Mapping[str, Any], *, event_id: str | None = None) -> Response:
+        """Deliver any Events API ``event`` in an event_callback envelope (JSON body)."""
+        with self._ws.lock:
+            event_id = event_id or self._ws.next_id("Ev")
+            body = json.dumps(payloads.event_callback(self._ws, dict(event), event_id=event_id))
+            self._ws.events[event_id] = body.encode()
+        return self.send_signed(body.encode(), content_type="application/json")
+
+    def resend_event(
+        self, previous: Response | str, *, retry_num: int = 1, reason: str = "http_timeout"
+    ) -> Response:
+        """Deliver an event again, as Slack's retries do: same body and event_id, fresh signature.
+
+        ``previous`` is the Response of the first delivery or the event_id.
+        """
+        if isinstance(previous, Response):
+            body = previous.request_body
+        else:
+            with self._ws.lock:
+                if previous not in self._ws.events:
+                    raise StandInError(f"no event {previous!r} was sent")
+                body = self._ws.events[previous]
+        return self.send_signed(
+            body,
+            content_type="application/json",
+            headers={"X-Slack-Retry-Num": str(retry_num), "X-Slack-Retry-Reason": reason},
+        )
+
+    def send_command(
+        self, user_id: str, command: str, text: str = "", *, channel_id: str = "C0STANDIN"
+    ) -> Response:
+        """``user_id`` runs a slash command such as ``/handoff list``.
+
+        An answer in the HTTP response (Bolt's ``ack("...")``) is shown to the person as an
+        ephemeral (source "ack"), or posted in the channel with ``response_type: in_channel``.
+        """
+        ws = self._ws
+        with ws.lock:
+            self._require_user(user_id)
+            token = ws.issue_response_url(user=user_id, channel=channel_id, message_ts=None)
+            fields = payloads.slash_command(
+                ws,
+                user=user_id,
+                command=command,
+                text=text,
+                channel=channel_id,
+                response_url=f"{self.url}response/{token}",
+                trigger_id=ws.issue_trigger(user_id),
+            )
+        response = self.send_signed(
+            urlencode(fields).encode(), content_type="application/x-www-form-urlencoded"
+        )
+        if response.status == 200 and response.body.strip():
+            try:
+                answer = response.json()
+            except ValueError:
+                answer = {"text": response.text}
+            if isinstance(answer, dict):
+                with ws.lock:
+                    answers.show_command_ack(ws, user_id, channel_id, answer)
+        return response
+
+    def send_signed(
+        self,
+        body: bytes,
+        *,
+        content_type: str,
+        timestamp: int | None = None,
+        signature: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        sign: bool = True,
+    ) -> Response:
+        """POST ``body`` to ``bot_url`` signed as Slack signs (low level, for security tests).
+
+        ``timestamp`` defaults to now; ``signature`` replaces the computed one (a forgery is
+        sent as-is); ``sign=False`` leaves both Slack headers out; ``headers`` are added last.
+        Returns the bot's answer whatever its status; raises ``BotUnreachable`` if nothing listens.
+        """
+        if not self.bot_url:
+            raise StandInError("set bot_url (the bot's request URL) before acting as a person")
+        sent_headers = {"Content-Type": content_type, "User-Agent": USER_AGENT}
+        if sign:
+            ts = str(int(time.time()) if timestamp is None else timestamp)
+            sent_headers["X-Slack-Request-Timestamp"] = ts
+            sent_headers["X-Slack-Signature"] = signature or str(
+                self._verifier.generate_signature(timestamp=ts, body=body)
+            )
+        sent_headers.update(headers or {})
+        return self._post(body, sent_headers)
+
+    def _post(self, body: bytes, headers: dict[str, str]) -> Response:
+        assert self.bot_url is not None
+        request = urllib.request.Request(self.bot_url, data=body, headers=headers, method="POST")
+        started = time.monotonic()
+        try:
+            with urllib.request.urlopen(request, timeout=self.ack_timeout) as answer:
+                status, answer_headers, answer_body = answer.status, answer.headers, answer.read()
+        except urllib.error.HTTPError as exc:
+            status, answer_headers, answer_body = exc.code, exc.headers, exc.read()
+        except (TimeoutError, urllib.error.URLError) as exc:
+            if not isinstance(exc, TimeoutError) and not isinstance(exc.reason, TimeoutError):
+                raise BotUnreachable(f"nothing answered at {self.bot_url}: {exc.reason}") from exc
+            status, answer_headers, answer_body = 0, None, b""
+        return Response(
+            status=status,
+            headers={k.lower(): v for k, v in (answer_headers or {}).items()},
+            body=answer_body,
+            request_body=body,
+            request_headers=dict(headers),
+            timed_out=status == 0,
+            elapsed=time.monotonic() - started,
+        )
+
+    def _send_interaction(self, payload: dict[str, Any]) -> Response:
+        body = urlencode({"payload": json.dumps(payload)}).encode()
+        return self.send_signed(body, content_type="application/x-www-form-urlencoded")
+
+    def _require_user(self, user_id: str) -> None:
+        try:
+            self._ws.user(user_id)
+        except KeyError as exc:
+            raise StandInError(exc.args[0]) from exc
+
+    @staticmethod
+    def _element(
+        blocks: list[dict[str, Any]], action_id: str, block_id: str | None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        try:
+            block, element = find_element(blocks, action_id, block_id)
+        except LookupError as exc:
+            raise ElementNotFound(str(exc)) from exc
+        if block.get("type") == "input" and not block.get("dispatch_action"):
+            raise ElementNotFound(
+                f"{action_id!r} is an input: Slack sends it with submit_view, not as a click"
+            )
+        return block, element
+
+
+def _answer(
+    handler: _Handler,
+    status: int,
+    body: bytes,
+    content_type: str,
+    headers: Mapping[str, str] | None = None,
+) -> None:
+    handler.send_response(status)
+    handler.send_header("Content-Type", content_type)
+    handler.send_header("Content-Length", str(len(body)))
+    for name, value in (headers or {}).items():
+        handler.send_header(name, value)
+    handler.end_headers()
+    handler.wfile.write(body)
+
+
+def _reset(handler: _Handler) -> None:
+    """Close the connection with a TCP reset and no answer."""
+    handler.close_connection = True
+    handler.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    handler.rfile.close()
+    handler.connection.close()

@@ -1,0 +1,139 @@
+"""A running Slack setup for end-to-end tests: the local Slack stand-in, `handoff serve`
+(gunicorn, real HTTP) and `handoff worker` processes, all on the test Redis."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from contextlib import suppress
+from pathlib import Path
+
+from redis import Redis
+
+from bot.standin import SlackStandIn, StandInUser
+from tests.conftest import ROOT
+from worker.client import Handoffs
+
+SIGNING_SECRET = "e2e-signing-secret-0123456789abcdef"
+BOT_TOKEN = "xoxb-e2e-bot-token"
+CHANNEL = "C0APPROVALS"
+
+ALICE, BOB, CAROL, ADMIN = "U0ALICE", "U0BOB", "U0CAROL", "U0ADMIN"
+USERS = [
+    StandInUser(ALICE, "alice"),
+    StandInUser(BOB, "bob"),
+    StandInUser(CAROL, "carol"),
+    StandInUser(ADMIN, "ada", is_admin=True),
+]
+USERGROUPS = {"S0FINANCE": [BOB]}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class SlackEnv:
+    """The stand-in plus the bot's processes; ``handoffs`` is the agent side."""
+
+    def __init__(self, redis: Redis, redis_url: str, log_dir: Path) -> None:
+        self.redis = redis
+        self.redis_url = redis_url
+        self.log_dir = log_dir
+        self.standin = SlackStandIn(
+            signing_secret=SIGNING_SECRET, bot_token=BOT_TOKEN, users=USERS, usergroups=USERGROUPS
+        )
+        self.port = free_port()
+        self.processes: list[subprocess.Popen[bytes]] = []
+        self.handoffs = Handoffs(redis)
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {
+            **{k: v for k, v in os.environ.items() if not k.startswith("SLACK_CLIENT")},
+            "REDIS_URL": self.redis_url,
+            "PYTHONPATH": str(ROOT),
+            "SLACK_BOT_TOKEN": BOT_TOKEN,
+            "SLACK_SIGNING_SECRET": SIGNING_SECRET,
+            "SLACK_API_URL": self.standin.api_url,
+            "HANDOFF_CHANNEL": CHANNEL,
+            "HANDOFF_ADMINS": ADMIN,
+            "HANDOFF_SWEEP_INTERVAL_SECONDS": "0.1",
+            "HANDOFF_RETRY_BACKOFF_SECONDS": "0.2",
+        }
+
+    def start(self, *, workers: int = 1) -> None:
+        self.standin.start()
+        self.standin.bot_url = f"http://127.0.0.1:{self.port}/slack/events"
+        self._spawn(
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--workers",
+            "1",
+            "--threads",
+            "8",
+        )
+        for _ in range(workers):
+            self._spawn("worker", "--name", f"e2e-{time.monotonic_ns()}")
+        self._wait_healthy()
+
+    def _spawn(self, *args: str) -> None:
+        log = open(self.log_dir / f"{args[0]}-{len(self.processes)}.log", "wb")  # noqa: SIM115
+        self.processes.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "bot.cli", *args],
+                env=self.env,
+                cwd=ROOT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        )
+
+    def _wait_healthy(self, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        url = f"http://127.0.0.1:{self.port}/healthz"
+        while time.monotonic() < deadline:
+            with suppress(OSError), urllib.request.urlopen(url, timeout=1) as response:
+                if response.status == 200:
+                    return
+            time.sleep(0.1)
+        raise AssertionError("handoff serve did not become healthy:\n" + self.logs())
+
+    def logs(self) -> str:
+        return "\n".join(p.read_text(errors="replace") for p in sorted(self.log_dir.glob("*.log")))
+
+    def stop(self) -> None:
+        for process in self.processes:
+            with suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
+        self.standin.stop()
+
+    def posted(self, handoff_id: str, timeout: float = 15):
+        """The channel message of a handoff, once the worker has posted it."""
+        wait_for(lambda: self.handoffs.get(handoff_id).message_refs.get("ts"), timeout=timeout)
+        refs = self.handoffs.get(handoff_id).message_refs
+        return self.standin.message(refs["channel"], refs["ts"])
+
+
+def wait_for(
+    condition: Callable[[], object], *, timeout: float = 15, interval: float = 0.05
+) -> object:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout} s")

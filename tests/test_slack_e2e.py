@@ -1,0 +1,346 @@
+"""The Slack bot end to end over real HTTP: the stand-in posts signed clicks, submissions
+and thread replies to `handoff serve`; a real worker delivers, updates and resumes."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlencode
+
+import pytest
+from redis import Redis
+
+from bot import views
+from store.models import Status, TaskState
+from tests import resume_targets
+from tests.slack_env import ADMIN, ALICE, BOB, CAROL, CHANNEL, SlackEnv, wait_for
+
+
+@pytest.fixture
+def slack(redis: Redis, redis_url: str, tmp_path: Path) -> Iterator[SlackEnv]:
+    env = SlackEnv(redis, redis_url, tmp_path)
+    env.start()
+    try:
+        yield env
+    finally:
+        env.stop()
+
+
+def _resumed(redis: Redis) -> list[dict]:
+    return [json.loads(raw) for raw in redis.lrange(resume_targets.COMPLETED, 0, -1)]
+
+
+def _wait_resumed(slack: SlackEnv, handoff_id: str) -> dict:
+    wait_for(lambda: slack.handoffs.get(handoff_id).resume.state is TaskState.COMPLETED)
+    [entry] = [e for e in _resumed(slack.redis) if e["handoff_id"] == handoff_id]
+    return entry
+
+
+def _wait_updated(slack: SlackEnv, handoff_id: str):
+    wait_for(lambda: slack.handoffs.get(handoff_id).notify.state is TaskState.COMPLETED)
+    return slack.posted(handoff_id)
+
+
+def _action_ids(blocks: list[dict]) -> set[str]:
+    return {
+        element.get("action_id")
+        for block in blocks
+        if block.get("type") == "actions"
+        for element in block.get("elements", [])
+    }
+
+
+def _text(blocks: list[dict]) -> str:
+    return json.dumps(blocks)
+
+
+def _approval(slack: SlackEnv, **options) -> str:
+    return slack.handoffs.request_approval(
+        run_id="run-e2e",
+        thread_id="thread-1",
+        action="issue_refund",
+        args={"order_id": "A-1001", "amount": 30},
+        args_schema={
+            "type": "object",
+            "properties": {
+                "order_id": {"type": "string"},
+                "amount": {"type": "integer", "maximum": 100},
+            },
+            "required": ["order_id", "amount"],
+        },
+        context="Customer was charged twice.",
+        resume="tests.resume_targets:record",
+        **options,
+    ).id
+
+
+def test_approval_click_decides_updates_the_message_and_resumes_the_run(slack: SlackEnv) -> None:
+    handoff_id = _approval(slack)
+    message = slack.posted(handoff_id)
+    assert message.channel == CHANNEL
+    assert {views.APPROVE, views.REJECT, views.EDIT} <= _action_ids(message.blocks)
+    assert message.metadata["event_payload"]["handoff_id"] == handoff_id
+
+    response = slack.standin.click(ALICE, message, views.APPROVE)
+    assert response.status == 200
+
+    assert slack.handoffs.get(handoff_id).status is Status.APPROVED
+    resumed = _wait_resumed(slack, handoff_id)
+    assert resumed["status"] == "approved"
+    assert resumed["resume_data"]["decided_by"] == ALICE
+    assert resumed["resume_data"]["via"] == "slack_button"
+
+    updated = _wait_updated(slack, handoff_id)
+    assert _action_ids(updated.blocks) == set()
+    assert f"Approved* by <@{ALICE}>" in _text(updated.blocks)
+    [record] = slack.standin.thread(CHANNEL, updated.ts)
+    assert f"<@{ALICE}>" in record.text
+
+
+def test_double_click_and_two_reviewers_at_once_make_one_decision(slack: SlackEnv) -> None:
+    handoff_id = _approval(slack, reviewers=[ALICE, BOB])
+    message = slack.posted(handoff_id)
+    barrier = threading.Barrier(3)
+    statuses: list[int] = []
+
+    def click(user: str) -> None:
+        barrier.wait()
+        statuses.append(slack.standin.click(user, message, views.APPROVE).status)
+
+    threads = [threading.Thread(target=click, args=(u,)) for u in (ALICE, ALICE, BOB)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert statuses == [200, 200, 200]
+
+    winner = slack.handoffs.get(handoff_id).resume_data.decided_by
+    assert winner in (ALICE, BOB)
+    _wait_resumed(slack, handoff_id)
+    time.sleep(0.5)
+    assert len([e for e in _resumed(slack.redis) if e["handoff_id"] == handoff_id]) == 1
+    told = [e for e in slack.standin.ephemerals() if "Already approved" in e.text]
+    assert len(told) == 2
+    assert all(f"<@{winner}>" in e.text for e in told)
+    assert [e.event for e in slack.handoffs.audit(handoff_id)].count("decided") == 1
+
+
+def test_unauthorized_click_is_denied_audited_and_changes_nothing(slack: SlackEnv) -> None:
+    handoff_id = _approval(slack, reviewers=[ALICE, "S0FINANCE"])
+    message = slack.posted(handoff_id)
+
+    slack.standin.click(CAROL, message, views.APPROVE)
+
+    assert slack.handoffs.get(handoff_id).status is Status.PENDING
+    [denial] = slack.standin.ephemerals(CAROL)
+    assert f"Only <@{ALICE}>" in denial.text
+    assert "denied" in [e.event for e in slack.handoffs.audit(handoff_id)]
+    # A member of the listed user group may decide.
+    slack.standin.click(BOB, message, views.APPROVE)
+    assert slack.handoffs.get(handoff_id).resume_data.decided_by == BOB
+
+
+def test_reject_with_a_reason_through_the_modal(slack: SlackEnv) -> None:
+    handoff_id = _approval(slack)
+    slack.standin.click(ALICE, slack.posted(handoff_id), views.REJECT)
+    [modal] = slack.standin.views(ALICE)
+    assert modal.callback_id == views.REJECT_MODAL
+
+    response = slack.standin.submit_view(
+        ALICE, modal, {views.REASON_BLOCK: {views.VALUE: "Refund policy: 90 days passed"}}
+    )
+    assert response.status == 200
+
+    resumed = _wait_resumed(slack, handoff_id)
+    assert resumed["status"] == "rejected"
+    assert resumed["resume_data"]["comment"] == "Refund policy: 90 days passed"
+    assert resumed["resume_data"]["via"] == "slack_modal"
+    assert "Refund policy" in _text(_wait_updated(slack, handoff_id).blocks)
+
+
+def test_edit_shows_inline_errors_then_approves_with_typed_arguments(slack: SlackEnv) -> None:
+    handoff_id = _approval(slack)
+    slack.standin.click(ALICE, slack.posted(handoff_id), views.EDIT)
+    [modal] = slack.standin.views(ALICE)
+    amount_block = views.arg_block_id("amount")
+    order_block = views.arg_block_id("order_id")
+
+    bad = slack.standin.submit_view(
+        ALICE, modal, {order_block: {views.VALUE: "A-1001"}, amount_block: {views.VALUE: "thirty"}}
+    )
+    assert bad.json()["response_action"] == "errors"
+    assert amount_block in bad.json()["errors"]
+    too_much = slack.standin.submit_view(
+        ALICE, modal, {order_block: {views.VALUE: "A-1001"}, amount_block: {views.VALUE: "500"}}
+    )
+    assert "100" in too_much.json()["errors"][amount_block]
+    assert slack.handoffs.get(handoff_id).status is Status.PENDING
+
+    good = slack.standin.submit_view(
+        ALICE, modal, {order_block: {views.VALUE: "A-1001"}, amount_block: {views.VALUE: "25"}}
+    )
+    assert good.status == 200
+    assert not good.body or "errors" not in good.text
+
+    resumed = _wait_resumed(slack, handoff_id)
+    assert resumed["resume_data"]["edited_args"] == {"order_id": "A-1001", "amount": 25}
+
+
+def test_question_answered_in_a_modal(slack: SlackEnv) -> None:
+    handoff = slack.handoffs.ask(
+        run_id="run-q",
+        thread_id="t",
+        question="Which customer first?",
+        choices=["Dana", "Sam"],
+        resume="tests.resume_targets:record",
+    )
+    slack.standin.click(BOB, slack.posted(handoff.id), views.ANSWER)
+    [modal] = slack.standin.views(BOB)
+    slack.standin.submit_view(
+        BOB, modal, {views.ANSWER_BLOCK: {views.VALUE: "Dana, she is enterprise"}}
+    )
+    resumed = _wait_resumed(slack, handoff.id)
+    assert resumed["status"] == "answered"
+    assert resumed["resume_data"]["answer"] == "Dana, she is enterprise"
+
+
+def test_question_answered_in_its_thread_once_despite_slack_retries(slack: SlackEnv) -> None:
+    handoff = slack.handoffs.ask(
+        run_id="run-q",
+        thread_id="t",
+        question="Which region?",
+        resume="tests.resume_targets:record",
+    )
+    message = slack.posted(handoff.id)
+
+    _, first = slack.standin.post_message(ALICE, CHANNEL, "eu-west-1", thread_ts=message.ts)
+    retry = slack.standin.resend_event(first)
+    _, second = slack.standin.post_message(BOB, CHANNEL, "us-east-1", thread_ts=message.ts)
+    assert (first.status, retry.status, second.status) == (200, 200, 200)
+
+    resumed = _wait_resumed(slack, handoff.id)
+    assert resumed["resume_data"]["answer"] == "eu-west-1"
+    assert resumed["resume_data"]["via"] == "slack_thread"
+    assert [e.event for e in slack.handoffs.audit(handoff.id)].count("decided") == 1
+    assert any("Already answered" in e.text for e in slack.standin.ephemerals(BOB))
+    assert slack.standin.ephemerals(ALICE) == []
+    # The bot confirms in the thread.
+    _wait_updated(slack, handoff.id)
+    replies = [m for m in slack.standin.thread(CHANNEL, message.ts) if m.bot_id]
+    assert len(replies) == 1 and "eu-west-1" in replies[0].text
+
+
+def test_bot_and_edited_messages_in_the_thread_are_ignored(slack: SlackEnv) -> None:
+    handoff = slack.handoffs.ask(run_id="run-q", thread_id="t", question="Which region?")
+    message = slack.posted(handoff.id)
+    slack.standin.post_message(ALICE, CHANNEL, "from a bot", thread_ts=message.ts, bot_id="B0OTHER")
+    slack.standin.post_message(
+        ALICE, CHANNEL, "edited", thread_ts=message.ts, subtype="message_changed"
+    )
+    slack.standin.post_message(ALICE, CHANNEL, "top level, not in the thread")
+    assert slack.handoffs.get(handoff.id).status is Status.PENDING
+
+
+def test_correction_is_edited_and_sent_back(slack: SlackEnv) -> None:
+    handoff = slack.handoffs.request_correction(
+        run_id="run-c",
+        thread_id="t",
+        draft="Dear custmer, we refunded you.",
+        instructions="Fix typos",
+        resume="tests.resume_targets:record",
+    )
+    slack.standin.click(ALICE, slack.posted(handoff.id), views.CORRECT)
+    [modal] = slack.standin.views(ALICE)
+    slack.standin.submit_view(
+        ALICE,
+        modal,
+        {f"{views.DRAFT_BLOCK_PREFIX}0": {views.VALUE: "Dear customer, we refunded you."}},
+    )
+    resumed = _wait_resumed(slack, handoff.id)
+    assert resumed["status"] == "approved"
+    assert resumed["resume_data"]["corrected_draft"] == "Dear customer, we refunded you."
+
+
+def test_escalation_is_claimed_then_resolved_by_its_claimer(slack: SlackEnv) -> None:
+    handoff = slack.handoffs.escalate(
+        run_id="run-x",
+        thread_id="t",
+        summary="Customer threatens legal action",
+        resume="tests.resume_targets:record",
+    )
+    slack.standin.click(ALICE, slack.posted(handoff.id), views.CLAIM)
+    assert slack.handoffs.get(handoff.id).claimed_by == ALICE
+    claimed = wait_for(
+        lambda: (m := slack.posted(handoff.id)) and views.RESOLVE in _action_ids(m.blocks) and m
+    )
+    assert f"Claimed by <@{ALICE}>" in _text(claimed.blocks)
+
+    slack.standin.click(BOB, claimed, views.RESOLVE)
+    assert slack.standin.views(BOB) == []
+    assert "claimed" in slack.standin.ephemerals(BOB)[0].text
+
+    slack.standin.click(ALICE, claimed, views.RESOLVE)
+    [modal] = slack.standin.views(ALICE)
+    slack.standin.submit_view(
+        ALICE, modal, {views.RESOLUTION_BLOCK: {views.VALUE: "Called them; settled."}}
+    )
+    resumed = _wait_resumed(slack, handoff.id)
+    assert resumed["status"] == "answered"
+    assert resumed["resume_data"]["answer"] == "Called them; settled."
+
+
+def test_view_full_opens_the_whole_50_kb_payload(slack: SlackEnv) -> None:
+    big = "".join(f"line {i}: " + "x" * 40 + "\n" for i in range(1100))
+    assert len(big) > 50_000
+    handoff = slack.handoffs.request_correction(
+        run_id="run-big", thread_id="t", draft=big, context="long"
+    )
+    message = slack.posted(handoff.id)
+    assert views.VIEW_FULL in _action_ids(message.blocks)
+
+    slack.standin.click(CAROL, message, views.VIEW_FULL)
+    [modal] = slack.standin.views(CAROL)
+    shown = "".join(
+        block["text"]["text"]
+        for block in modal.blocks
+        if block.get("text", {}).get("type") == "plain_text"
+    )
+    assert big in shown
+    assert "viewed_full" in [e.event for e in slack.handoffs.audit(handoff.id)]
+
+
+def test_rate_limited_delivery_is_retried_and_posted_once(slack: SlackEnv) -> None:
+    slack.standin.fail_next("chat.postMessage", status=429, retry_after=1)
+    handoff_id = _approval(slack)
+    message = slack.posted(handoff_id, timeout=20)
+    attempts = [
+        c for c in slack.standin.calls("chat.postMessage") if c.params.get("channel") == CHANNEL
+    ]
+    assert [c.http_status for c in attempts] == [429, 200]
+    assert [m.ts for m in slack.standin.messages(CHANNEL) if not m.thread_ts] == [message.ts]
+    assert slack.handoffs.get(handoff_id).delivery.state is TaskState.COMPLETED
+
+
+def test_forged_and_stale_requests_get_401_and_change_nothing(slack: SlackEnv) -> None:
+    handoff_id = _approval(slack)
+    message = slack.posted(handoff_id)
+    payload = {
+        "type": "block_actions",
+        "user": {"id": ADMIN},
+        "actions": [{"action_id": views.APPROVE, "value": handoff_id, "type": "button"}],
+        "trigger_id": "1.2.3",
+        "response_url": slack.standin.api_url,
+        "container": {"type": "message", "message_ts": message.ts, "channel_id": CHANNEL},
+    }
+    body = urlencode({"payload": json.dumps(payload)}).encode()
+    content_type = "application/x-www-form-urlencoded"
+    forged = slack.standin.send_signed(body, content_type=content_type, signature="v0=" + "0" * 64)
+    stale = slack.standin.send_signed(
+        body, content_type=content_type, timestamp=int(time.time()) - 600
+    )
+    assert (forged.status, stale.status) == (401, 401)
+    assert slack.handoffs.get(handoff_id).status is Status.PENDING
+    assert "decided" not in [e.event for e in slack.handoffs.audit(handoff_id)]
