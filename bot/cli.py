@@ -176,13 +176,25 @@ def retry(handoff_id: str, by: str) -> None:
 
 
 @main.command()
-@click.option("--data-dir", default=".handoff-dev", show_default=True, help="Embedded Redis data.")
+@click.option("--data-dir", default=".handoff-dev", show_default=True, help="Data and logs.")
 @click.option("--auto", is_flag=True, help="Decide the demo handoffs without asking.")
-def dev(data_dir: str, auto: bool) -> None:
-    """Run everything locally: embedded Redis, a worker and a demo agent."""
+@click.option("--port", default=3000, show_default=True, help="Port of the bot.")
+@click.option("--standin-port", default=3001, show_default=True, help="Port of the Slack stand-in.")
+@click.option("--keep-running", is_flag=True, help="Keep everything up after the demo.")
+def dev(data_dir: str, auto: bool, port: int, standin_port: int, keep_running: bool) -> None:
+    """Run everything locally: Redis, a Slack stand-in, the bot, a worker and a demo agent."""
     from bot.dev import run_dev
 
-    sys.exit(run_dev(_settings(), data_dir=data_dir, auto=auto or not sys.stdin.isatty()))
+    sys.exit(
+        run_dev(
+            _settings(),
+            data_dir=data_dir,
+            auto=auto or not sys.stdin.isatty(),
+            port=port,
+            standin_port=standin_port,
+            keep_running=keep_running,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -25,12 +25,13 @@ def on_decision(handoff: Handoff, *, attempt: int) -> None:
         "decided_by": decision.decided_by if decision else None,
         "answer": decision.answer if decision else None,
         "comment": decision.comment if decision else None,
+        "edited_args": decision.edited_args if decision else None,
         "attempt": attempt,
     }
     Redis.from_url(os.environ["REDIS_URL"]).rpush(RESUMED_LIST, json.dumps(report))
 
 
-def start_demo_run(handoffs: Handoffs, run_id: str) -> list[Handoff]:
+def start_demo_run(handoffs: Handoffs, run_id: str, *, channel: str) -> list[Handoff]:
     """Request what the demo agent needs from a person: an approval, then an answer."""
     approval = handoffs.request_approval(
         run_id=run_id,
@@ -38,7 +39,7 @@ def start_demo_run(handoffs: Handoffs, run_id: str) -> list[Handoff]:
         action="issue_refund",
         args={"order_id": "A-1001", "amount_usd": 30, "reason": "charged twice"},
         context="Dana Lee was charged twice for order A-1001; I want to refund one charge.",
-        channel="#support-approvals",
+        channel=channel,
         resume="bot.demo:on_decision",
         agent_name="demo-support-agent",
         idempotency_key=f"{run_id}-refund",
@@ -49,7 +50,7 @@ def start_demo_run(handoffs: Handoffs, run_id: str) -> list[Handoff]:
         question="Two customers reported the outage. Which one should I contact first?",
         choices=["Dana Lee (enterprise)", "Sam Ortiz (trial)"],
         context="Both opened tickets within a minute of each other.",
-        channel="#support-approvals",
+        channel=channel,
         resume="bot.demo:on_decision",
         agent_name="demo-support-agent",
         idempotency_key=f"{run_id}-question",

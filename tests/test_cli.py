@@ -11,6 +11,7 @@ from pathlib import Path
 from redis import Redis
 
 from tests.conftest import ROOT
+from tests.slack_env import free_port
 from worker.client import Handoffs
 
 
@@ -27,8 +28,21 @@ def _handoff(*args: str, env: dict[str, str], timeout: float = 120) -> subproces
 
 def test_dev_runs_the_demo_loop_on_an_embedded_redis(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    ports = [str(free_port()), str(free_port())]
     result = subprocess.run(
-        [sys.executable, "-m", "bot.cli", "dev", "--auto", "--data-dir", str(tmp_path / "data")],
+        [
+            sys.executable,
+            "-m",
+            "bot.cli",
+            "dev",
+            "--auto",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--port",
+            ports[0],
+            "--standin-port",
+            ports[1],
+        ],
         env={**env, "PYTHONPATH": str(ROOT)},
         cwd=ROOT,
         capture_output=True,
@@ -37,10 +51,13 @@ def test_dev_runs_the_demo_loop_on_an_embedded_redis(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Embedded Redis at" in result.stdout
-    assert "resumed: approval approved by U_DEV_REVIEWER" in result.stdout
-    assert "resumed: question answered by U_DEV_REVIEWER, answer: Dana Lee" in result.stdout
+    # The demo's decisions went through the bot as signed Slack requests, and resumed the run.
+    assert "[Approve] [Reject] [Edit]" in result.stdout
+    assert "resumed: approval approved by U0DEVREVIEWER" in result.stdout
+    assert "resumed: question answered by U0DEVREVIEWER, answer: Dana Lee" in result.stdout
+    assert "*Approved* by <@U0DEVREVIEWER>" in result.stdout
     # The embedded server keeps its data between runs of `handoff dev`.
-    assert (tmp_path / "data" / "appendonlydir").exists()
+    assert (tmp_path / "data" / "redis" / "appendonlydir").exists()
 
 
 def test_show_decide_and_list_commands(redis: Redis, redis_url: str) -> None:

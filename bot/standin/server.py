@@ -21,6 +21,7 @@ import json
 import logging
 import socket
 import struct
+import sys
 import threading
 import time
 import urllib.error
@@ -72,6 +73,13 @@ T = TypeVar("T")
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     standin: SlackStandIn
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that gave up (timeout, injected delay) is expected, not worth a traceback.
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            logger.debug("stand-in: client %s went away", client_address)
+            return
+        super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -189,6 +197,15 @@ class SlackStandIn:
     def api_url(self) -> str:
         """Base URL for ``WebClient(base_url=...)``: slack_sdk appends the method name."""
         return self.url + "api/"
+
+    @property
+    def trigger_ttl(self) -> float:
+        """Seconds a trigger_id stays usable (Slack: 3); lower it to test expiry quickly."""
+        return self._ws.trigger_ttl
+
+    @trigger_ttl.setter
+    def trigger_ttl(self, seconds: float) -> None:
+        self._ws.trigger_ttl = seconds
 
     @property
     def team_id(self) -> str:

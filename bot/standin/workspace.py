@@ -118,7 +118,7 @@ class Workspace:
     def next_ts(self) -> str:
         """A new message ts, like "1732900000.000100": time-based and strictly increasing."""
         with self.lock:
-            now = int(time.time()) * 1_000_000
+            now = int(time.time()) * 1_000_000 + 100
             self._last_ts_micros = max(now, self._last_ts_micros + 100)
             seconds, micros = divmod(self._last_ts_micros, 1_000_000)
             return f"{seconds}.{micros:06d}"

@@ -1,0 +1,35 @@
+"""manifest.yml: a valid Slack app manifest that matches what the code listens to."""
+
+from __future__ import annotations
+
+import yaml
+
+from tests.conftest import ROOT
+
+
+def _manifest() -> dict:
+    return yaml.safe_load((ROOT / "manifest.yml").read_text())
+
+
+def test_manifest_routes_events_and_interactivity_to_slack_events() -> None:
+    settings = _manifest()["settings"]
+    assert settings["event_subscriptions"]["request_url"].endswith("/slack/events")
+    assert settings["interactivity"]["is_enabled"] is True
+    assert settings["interactivity"]["request_url"].endswith("/slack/events")
+
+
+def test_manifest_grants_what_the_bot_calls_and_receives() -> None:
+    manifest = _manifest()
+    scopes = set(manifest["oauth_config"]["scopes"]["bot"])
+    # chat.postMessage / chat.update / chat.postEphemeral; users.info; usergroups.users.list
+    assert {"chat:write", "users:read", "usergroups:read"} <= scopes
+    events = set(manifest["settings"]["event_subscriptions"]["bot_events"])
+    # Thread replies arrive as message events, which need the matching history scopes.
+    for event, scope in [
+        ("message.channels", "channels:history"),
+        ("message.groups", "groups:history"),
+        ("message.im", "im:history"),
+    ]:
+        assert event in events
+        assert scope in scopes
+    assert manifest["features"]["bot_user"]["display_name"]
