@@ -68,7 +68,7 @@ INPUT_MAX_LENGTH = 3000
 MODAL_BLOCK_LIMIT = 100
 MESSAGE_BLOCK_LIMIT = 50
 MESSAGE_TEXT_BUDGET = 11000
-MODAL_TEXT_BUDGET = 240_000
+MODAL_TEXT_BUDGET = 200_000
 _CONTEXT_SHOWN = 1500
 _MAIN_TEXT_SHOWN = 2500
 _FIELD_SHOWN = 300
@@ -109,9 +109,9 @@ def render_message(handoff: Handoff, *, now: datetime | None = None) -> Rendered
     blocks: list[Block] = [HeaderBlock(text=_clip(_title(handoff), 150))]
     truncated = False
     if handoff.context:
-        text, cut = _agent_text(handoff.context, _CONTEXT_SHOWN)
+        text, cut = _agent_text(handoff.context, _CONTEXT_SHOWN, quote=True)
         truncated |= cut
-        blocks.append(SectionBlock(text=MarkdownTextObject(text=f"*Why*\n{_quote(text)}")))
+        blocks.append(SectionBlock(text=MarkdownTextObject(text=f"*Why*\n{text}")))
     body, cut = _body_blocks(handoff)
     truncated |= cut
     blocks.extend(body)
@@ -158,7 +158,7 @@ def outcome_text(handoff: Handoff) -> str:
         lines.append(f"*With edited arguments:* `{edited}`")
     if decision.corrected_draft is not None:
         lines.append(
-            f"*Corrected draft:*\n{_quote(_agent_text(decision.corrected_draft, 1200)[0])}"
+            f"*Corrected draft:*\n{_agent_text(decision.corrected_draft, 1200, quote=True)[0]}"
         )
     return _clip("\n".join(lines), SECTION_TEXT_LIMIT)
 
@@ -336,7 +336,8 @@ def render_full_content_modal(handoff: Handoff) -> dict[str, Any]:
             if len(blocks) >= MODAL_BLOCK_LIMIT - 1 or budget <= 0:
                 break
             blocks.append(SectionBlock(text=PlainTextObject(text=chunk, emoji=False)))
-            budget -= len(chunk)
+            # The 250 kB limit applies to the view's JSON, where escapes take more room.
+            budget -= len(json.dumps(chunk))
     if len(blocks) >= MODAL_BLOCK_LIMIT - 1 or budget <= 0:
         blocks = blocks[: MODAL_BLOCK_LIMIT - 1]
         blocks.append(
@@ -395,7 +396,7 @@ def _title(handoff: Handoff) -> str:
 
 def _fallback_text(handoff: Handoff) -> str:
     state = "" if handoff.is_pending else f" [{handoff.status.value}]"
-    return _clip(_title(handoff) + state, 300)
+    return _agent_text(_title(handoff) + state, 300)[0]
 
 
 def _body_blocks(handoff: Handoff) -> tuple[list[Block], bool]:
@@ -416,8 +417,8 @@ def _body_blocks(handoff: Handoff) -> tuple[list[Block], bool]:
         if payload.instructions:
             text, cut = _agent_text(payload.instructions, 1000)
             blocks.append(SectionBlock(text=MarkdownTextObject(text=f"*Instructions*\n{text}")))
-        draft, draft_cut = _agent_text(payload.draft, _MAIN_TEXT_SHOWN)
-        blocks.append(SectionBlock(text=MarkdownTextObject(text=f"*Draft*\n{_quote(draft)}")))
+        draft, draft_cut = _agent_text(payload.draft, _MAIN_TEXT_SHOWN, quote=True)
+        blocks.append(SectionBlock(text=MarkdownTextObject(text=f"*Draft*\n{draft}")))
         return blocks, cut or draft_cut
     text, cut = _agent_text(payload.summary, _MAIN_TEXT_SHOWN)
     blocks = [SectionBlock(text=MarkdownTextObject(text=f"*Summary*\n{text}"))]
@@ -487,9 +488,9 @@ def _actions(handoff: Handoff, *, truncated: bool) -> ActionsBlock:
                 style="primary",
                 confirm=ConfirmObject(
                     title="Approve this action?",
-                    text=_clip(
+                    text=_agent_text(
                         f"The agent will run {payload.action.name} with the arguments shown.", 300
-                    ),
+                    )[0],
                     confirm="Approve",
                     deny="Cancel",
                 ),
@@ -591,9 +592,11 @@ def _to_dicts(blocks: list[Block]) -> list[dict[str, Any]]:
     return rendered
 
 
-def _agent_text(text: str, limit: int) -> tuple[str, bool]:
-    """Escape text from an agent or a person for mrkdwn, then shorten it to ``limit``."""
-    return _shorten(_escape(text), limit)
+def _agent_text(text: str, limit: int, *, quote: bool = False) -> tuple[str, bool]:
+    """Escape text from an agent or a person for mrkdwn (optionally as a quote), then
+    shorten it to ``limit`` characters."""
+    escaped = _escape(text)
+    return _shorten(_quote(escaped) if quote else escaped, limit)
 
 
 def _shorten(text: str, limit: int) -> tuple[str, bool]:

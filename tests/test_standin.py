@@ -153,8 +153,6 @@ def _recording_handler(bot: RecordingBot, verifier: SignatureVerifier) -> type:
 class QuietServer(ThreadingHTTPServer):
     """The recording bot's server: a client that gave up (ack timeout) is no error here."""
 
-    daemon_threads = True
-
     def handle_error(self, request: Any, client_address: Any) -> None:
         if not isinstance(sys.exc_info()[1], ConnectionError):
             super().handle_error(request, client_address)
@@ -180,7 +178,7 @@ def client(standin: SlackStandIn) -> WebClient:
 def bot(standin: SlackStandIn) -> Iterator[RecordingBot]:
     recording = RecordingBot()
     server = QuietServer(("127.0.0.1", 0), _recording_handler(recording, SignatureVerifier(SECRET)))
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01})
     thread.start()
     recording.url = f"http://127.0.0.1:{server.server_address[1]}/slack/events"
     standin.bot_url = recording.url
@@ -563,10 +561,9 @@ def test_a_slow_answer_times_out_the_client_yet_the_post_happens(standin: SlackS
     with pytest.raises(TimeoutError):
         impatient.chat_postMessage(channel="C0APPROVALS", text="hi")
 
-    deadline = time.monotonic() + 2
-    while not standin.messages() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert [m.text for m in standin.messages()] == ["hi"]
+    posted = standin.wait_for(standin.messages, timeout=2)
+
+    assert [m.text for m in posted] == ["hi"]
 
 
 # Acting as a person
@@ -667,6 +664,62 @@ def test_picking_an_option_sends_the_whole_option(
         standin.click("U0ALICE", standin.messages()[0], "pick", selected_option="medium")
 
 
+def test_clicks_in_a_modal_or_the_home_tab_name_the_view_not_a_message(
+    standin: SlackStandIn, client: WebClient, bot: RecordingBot
+) -> None:
+    button = {"type": "button", "action_id": "refresh", "text": {"type": "plain_text", "text": "R"}}
+    actions = [{"type": "actions", "block_id": "tools", "elements": [button]}]
+    client.views_publish(user_id="U0ALICE", view={"type": "home", "blocks": actions})
+    modal = open_modal_on_click(standin, client, bot)
+    client.views_update(view_id=modal.id, view={**REASON_MODAL, "blocks": actions})
+    home = standin.home("U0ALICE")
+    assert home is not None
+
+    standin.click("U0ALICE", home, "refresh")
+    standin.click("U0ALICE", standin.view(modal.id), "refresh")
+
+    from_home, from_modal = (got.payload() for got in bot.received[-2:])
+    assert from_home["container"] == {"type": "view", "view_id": home.id}
+    assert from_home["view"]["type"] == "home" and "response_url" not in from_home
+    assert from_modal["view"]["id"] == modal.id and "message" not in from_modal
+    with pytest.raises(StandInError, match="U0ALICE's"):
+        standin.click("U0BOB", home, "refresh")
+
+
+def test_closing_a_modal_tells_the_bot_only_if_it_asked(
+    standin: SlackStandIn, client: WebClient, bot: RecordingBot
+) -> None:
+    view = open_modal_on_click(standin, client, bot)
+    client.views_update(view_id=view.id, view={**REASON_MODAL, "notify_on_close": True})
+
+    response = standin.close_view("U0ALICE", standin.view(view.id))
+
+    assert response is not None and bot.received[-1].payload()["type"] == "view_closed"
+    assert standin.view(view.id).closed
+    with pytest.raises(StandInError, match="not an open modal"):
+        standin.submit_view("U0ALICE", view, {"severity": {"pick": "low"}})
+
+
+def test_only_its_recipient_can_click_an_ephemeral_message(
+    standin: SlackStandIn, client: WebClient, bot: RecordingBot
+) -> None:
+    client.chat_postEphemeral(
+        channel="C0APPROVALS", user="U0ALICE", text="x", blocks=APPROVAL_BLOCKS
+    )
+    [ephemeral] = standin.ephemerals("U0ALICE")
+
+    standin.click("U0ALICE", ephemeral, "approve")
+    WebhookClient(bot.received[0].payload()["response_url"]).send(
+        text="Done", replace_original=True
+    )
+
+    payload = bot.received[0].payload()
+    assert payload["container"]["is_ephemeral"] and "message" not in payload
+    assert [e.text for e in standin.ephemerals("U0ALICE")] == ["Done"]
+    with pytest.raises(StandInError, match="only U0ALICE"):
+        standin.click("U0BOB", ephemeral, "approve")
+
+
 def test_the_bot_answers_through_the_response_url(
     standin: SlackStandIn, client: WebClient, bot: RecordingBot
 ) -> None:
@@ -742,6 +795,36 @@ def test_submit_view_records_validation_errors_and_keeps_the_modal_open(
     )
     sent = bot.received[-1].payload()["view"]["state"]["values"]
     assert sent["reason"] == {"value": {"type": "plain_text_input", "value": None}}
+
+
+def test_submission_answers_update_push_and_clear_the_modal_stack(
+    standin: SlackStandIn, client: WebClient, bot: RecordingBot
+) -> None:
+    view = open_modal_on_click(standin, client, bot)
+    thanks = {
+        **REASON_MODAL,
+        "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": "ok"}}],
+    }
+
+    def answer_with(action: str) -> None:
+        body = (
+            {"response_action": action, "view": thanks}
+            if action != "clear"
+            else {"response_action": action}
+        )
+        bot.answer = lambda got: (200, json.dumps(body).encode())
+
+    answer_with("update")
+    standin.submit_view("U0ALICE", view, {"severity": {"pick": "low"}})
+    answer_with("push")
+    standin.submit_view("U0ALICE", standin.view(view.id), {})
+    root, pushed = standin.views("U0ALICE")
+    answer_with("clear")
+    standin.submit_view("U0ALICE", pushed, {})
+
+    assert root.blocks[0]["text"]["text"] == "ok" and root.hash != view.hash
+    assert (pushed.position, pushed.view["previous_view_id"]) == (1, root.id)
+    assert all(v.closed for v in standin.views("U0ALICE"))
 
 
 def test_submit_view_only_fills_inputs_the_modal_has(

@@ -95,16 +95,13 @@ def post_to_response_url(ws: Workspace, token: str, sent: Any) -> tuple[int, str
     thread_ts = str(sent["thread_ts"]) if sent.get("thread_ts") else None
     if sent.get("response_type") == "in_channel":
         try:
-            webapi.post_message(
+            webapi.post_as_bot(
                 ws,
                 channel=target.channel,
                 text=text,
                 blocks=blocks,
                 thread_ts=thread_ts,
-                user=ws.bot_user_id,
-                bot_id=ws.bot_id,
                 metadata=sent.get("metadata"),
-                app_id=ws.app_id,
             )
         except ApiError as exc:
             return 404, exc.error
@@ -186,16 +183,8 @@ def show_command_ack(ws: Workspace, user: str, channel: str, answer: dict[str, A
     blocks = copy.deepcopy(answer.get("blocks") or [])
     fill_ids(blocks)
     if answer.get("response_type") == "in_channel":
-        webapi.post_message(
-            ws,
-            channel=channel,
-            text=text,
-            blocks=blocks,
-            thread_ts=None,
-            user=ws.bot_user_id,
-            bot_id=ws.bot_id,
-            metadata=None,
-            app_id=ws.app_id,
+        webapi.post_as_bot(
+            ws, channel=channel, text=text, blocks=blocks, thread_ts=None, metadata=None
         )
     else:
         ws.ephemerals.append(Ephemeral(channel, user, text, blocks, source="ack", ts=ws.next_ts()))

@@ -84,8 +84,6 @@ class Message:
             shaped["thread_ts"] = self.thread_ts
         if self.metadata is not None:
             shaped["metadata"] = self.metadata
-        if self.updates:
-            shaped["edited"] = {"user": self.user, "ts": self.ts}
         return shaped
 
 

@@ -27,7 +27,7 @@ import time
 import urllib.error
 import urllib.request
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import MappingProxyType
 from typing import Any, TypeVar
@@ -71,7 +71,6 @@ T = TypeVar("T")
 
 
 class _Server(ThreadingHTTPServer):
-    daemon_threads = True
     standin: SlackStandIn
 
     def handle_error(self, request: Any, client_address: Any) -> None:
@@ -130,7 +129,6 @@ class SlackStandIn:
         """Seconds to wait for the bot's answer; None waits forever (handy under a debugger)."""
         self._host = host
         self._port = port
-        self._verifier = SignatureVerifier(signing_secret)
         self._ws = Workspace(
             team_id=team_id,
             team_domain=team_domain,
@@ -159,7 +157,7 @@ class SlackStandIn:
         self._server = server
         self._thread = threading.Thread(
             target=server.serve_forever,
-            kwargs={"poll_interval": 0.05},
+            kwargs={"poll_interval": 0.02},
             daemon=True,
             name="slack-standin",
         )
@@ -286,6 +284,22 @@ class SlackStandIn:
                 [c for c in self._ws.calls if method is None or c.method == method]
             )
 
+    def wait_for(self, condition: Callable[[], T], *, timeout: float = 2.0) -> T:
+        """Poll ``condition`` until it returns something truthy, and return that.
+
+        Bolt runs listeners after the ack unless ``process_before_response=True``, so what a
+        click causes can land after ``click()`` returns. Raises ``TimeoutError`` after ``timeout``.
+        Example: ``modal = slack.wait_for(lambda: slack.views("U0ALICE"))[-1]``.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            result = condition()
+            if result:
+                return result
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"condition still false after {timeout}s")
+            time.sleep(0.01)
+
     # Fault injection
 
     def fail_next(
@@ -379,6 +393,10 @@ class SlackStandIn:
                 return {"ok": True, **webapi.METHODS[method](self._ws, params)}
         except ApiError as exc:
             return {"ok": False, "error": exc.error, **exc.extra}
+        except Exception as exc:
+            # A stand-in bug must not pass for a Slack outage (which clients would retry).
+            logger.exception("stand-in failed to answer %s", method)
+            return {"ok": False, "error": "standin_bug", "detail": repr(exc)}
 
     def _answer_fault(
         self, handler: _Handler, method: str, params: dict[str, Any], fault: Fault
@@ -448,23 +466,18 @@ class SlackStandIn:
         ws = self._ws
         with ws.lock:
             self._require_user(user_id)
+            self._require_visible(user_id, target)
             block, element = self._element(target.blocks, action_id, block_id)
             used = payloads.action(block, element, value=value, selected_option=selected_option)
-            trigger_id = ws.issue_trigger(user_id)
             common: dict[str, Any] = {
                 "user": user_id,
-                "trigger_id": trigger_id,
+                "trigger_id": ws.issue_trigger(user_id),
                 "action_payload": used,
                 "state": payloads.state_of_action(block, used),
             }
             if isinstance(target, View):
-                current = ws.views.get(target.id)
-                if current is None or current.closed:
-                    raise StandInError(f"view {target.id} is closed: nobody can click in it")
-                if current.user != user_id:
-                    raise StandInError(f"view {target.id} is {current.user}'s, not {user_id}'s")
                 view = copy.deepcopy(target.view)
-                view["state"] = copy.deepcopy(current.view.get("state", {"values": {}}))
+                view["state"] = copy.deepcopy(ws.views[target.id].view["state"])
                 payload = payloads.block_actions(
                     ws, container={"type": "view", "view_id": target.id}, view=view, **common
                 )
@@ -472,24 +485,35 @@ class SlackStandIn:
                 payload = self._message_click(user_id, target, common)
         return self._send_interaction(payload)
 
+    def _require_visible(self, user_id: str, target: Message | View | Ephemeral) -> None:
+        """Raise unless ``user_id`` can still see ``target`` (and so click in it)."""
+        ws = self._ws
+        if isinstance(target, View):
+            current = ws.views.get(target.id)
+            if current is None or current.closed:
+                raise StandInError(f"view {target.id} is closed: nobody can click in it")
+            if current.user != user_id:
+                raise StandInError(f"view {target.id} is {current.user}'s, not {user_id}'s")
+            return
+        if isinstance(target, Ephemeral):
+            if target.user != user_id:
+                raise StandInError(f"only {target.user} sees that ephemeral message")
+            gone = next(
+                (e.deleted for e in ws.ephemerals if e.ts == target.ts and e.user == user_id), True
+            )
+        else:
+            found = ws.find_message(target.channel, target.ts)
+            gone = found is None or found.deleted
+        if gone:
+            raise StandInError(
+                f"message {target.ts} in {target.channel} is gone: nobody can click it"
+            )
+
     def _message_click(
         self, user_id: str, target: Message | Ephemeral, common: dict[str, Any]
     ) -> dict[str, Any]:
         ws = self._ws
         is_ephemeral = isinstance(target, Ephemeral)
-        if isinstance(target, Ephemeral):
-            if target.user != user_id:
-                raise StandInError(f"only {target.user} sees that ephemeral message")
-            current_deleted = next(
-                (e.deleted for e in ws.ephemerals if e.ts == target.ts and e.user == user_id), True
-            )
-        else:
-            found = ws.find_message(target.channel, target.ts)
-            current_deleted = found is None or found.deleted
-        if current_deleted:
-            raise StandInError(
-                f"message {target.ts} in {target.channel} is gone: nobody can click it"
-            )
         container: dict[str, Any] = {
             "type": "message",
             "message_ts": target.ts,
@@ -709,7 +733,7 @@ class SlackStandIn:
             ts = str(int(time.time()) if timestamp is None else timestamp)
             sent_headers["X-Slack-Request-Timestamp"] = ts
             sent_headers["X-Slack-Signature"] = signature or str(
-                self._verifier.generate_signature(timestamp=ts, body=body)
+                SignatureVerifier(self.signing_secret).generate_signature(timestamp=ts, body=body)
             )
         sent_headers.update(headers or {})
         return self._post(body, sent_headers)

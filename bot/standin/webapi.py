@@ -293,20 +293,40 @@ def post_message(
     return message
 
 
+def post_as_bot(
+    ws: Workspace,
+    *,
+    channel: str,
+    text: str,
+    blocks: list[dict[str, Any]],
+    thread_ts: str | None,
+    metadata: dict[str, Any] | None,
+) -> Message:
+    """Record a message by the bot (chat.postMessage, in_channel replies)."""
+    return post_message(
+        ws,
+        channel=channel,
+        text=text,
+        blocks=blocks,
+        thread_ts=thread_ts,
+        user=ws.bot_user_id,
+        bot_id=ws.bot_id,
+        metadata=metadata,
+        app_id=ws.app_id,
+    )
+
+
 def chat_post_message(ws: Workspace, params: dict[str, Any]) -> dict[str, Any]:
     """chat.postMessage: record the bot's message; reply_broadcast is ignored."""
     channel = ws.resolve_channel(params.get("channel"))
     text, blocks, metadata = _message_content(params, required=True)
-    message = post_message(
+    message = post_as_bot(
         ws,
         channel=channel,
         text=text or "",
         blocks=blocks or [],
         thread_ts=str(params["thread_ts"]) if params.get("thread_ts") else None,
-        user=ws.bot_user_id,
-        bot_id=ws.bot_id,
         metadata=metadata,
-        app_id=ws.app_id,
     )
     return {"channel": channel, "ts": message.ts, "message": message.to_slack(ws.team_id)}
 

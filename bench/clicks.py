@@ -1,0 +1,876 @@
+"""Click benchmark: signed approve clicks against ``handoff serve`` and a bare Bolt app.
+
+Not a test: it measures and prints figures. In one run it starts the local Slack stand-in
+(in this process), ``handoff serve`` and one ``handoff worker`` (subprocesses), creates
+approval handoffs and waits until the worker has posted each one. It then sends the same
+signed ``block_actions`` bodies, one approve click per handoff, from ``--concurrency``
+threads with persistent HTTP connections, first to a bare Bolt app that only acks
+(``bench.bare_bolt_app``, under gunicorn with the same workers and threads), then to
+``handoff serve``. Each server gets a warm-up first. It prints req/s, p50 and p99 of both,
+their ratio, and how long after a click's response the resume target started, under that
+load and for clicks sent one at a time on an idle worker. Targets: ratio >= 0.6, p99 of
+``handoff serve`` < 100 ms, median click -> resume start < 50 ms.
+
+Everything goes into a fresh random namespace and RQ queue, deleted at the end (only
+those keys: it never flushes, so it is safe on a Redis that holds other data). It exits
+non-zero, after printing FAIL lines, unless every click was answered 200 and every
+handoff was decided exactly once and resumed exactly once.
+
+Run from the repository root::
+
+    .venv/bin/python -m bench.clicks                                  # embedded server
+    .venv/bin/python -m bench.clicks --redis-url redis://127.0.0.1:6379
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import http.client
+import itertools
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+
+from redis import Redis
+from slack_sdk.signature import SignatureVerifier
+
+from bench.click_targets import RESUME_TARGET, started_key
+from bench.lifecycle import bench_key, delete_namespace, delete_queue, percentile, progress
+from bench.targets import METADATA_KEY, count_key, ids_key
+from bot import views
+from bot.embedded import start_embedded_redis
+from bot.server import EVENTS_PATH, HEALTH_PATH
+from bot.standin import SlackStandIn, StandInUser
+from store.models import Handoff, Status, TaskState
+from worker.client import Handoffs
+
+ROOT = Path(__file__).resolve().parent.parent
+"""Repository root: the subprocesses' working directory and PYTHONPATH."""
+
+SIGNING_SECRET = "bench-signing-secret-0123456789abcdef"
+BOT_TOKEN = "xoxb-bench-bot-token"
+CHANNEL = "C0BENCHCLICKS"
+REVIEWER = "U0BENCHREVIEWER"
+"""The one reviewer of every handoff: the user who clicks."""
+
+RATIO_TARGET = 0.6
+"""``handoff serve`` req/s over bare Bolt req/s, at least."""
+P99_TARGET_MS = 100.0
+"""99th percentile of a click's response time on ``handoff serve``, below."""
+RESUME_P50_TARGET_MS = 50.0
+"""Median time from a click's response to its resume target starting, below."""
+
+HOST = "127.0.0.1"
+START_TIMEOUT_SECONDS = 60.0
+STOP_TIMEOUT_SECONDS = 10.0
+REQUEST_TIMEOUT_SECONDS = 10.0
+POLL_SECONDS = 0.02
+PROGRESS_EVERY_SECONDS = 5.0
+SETUP_THREADS = 8
+"""Threads that create handoffs and record click bodies (setup only, not measured)."""
+GET_BATCH = 500
+BARE_APP = "bench.bare_bolt_app:application"
+
+
+# -- the processes under test -----------------------------------------------------------
+
+
+class Processes:
+    """Subprocesses, each in a session of its own so that stopping one stops its whole
+    process group (gunicorn's workers, RQ's work horse, the dispatcher)."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.running: dict[str, subprocess.Popen[bytes]] = {}
+
+    def spawn(self, name: str, argv: Sequence[str], env: dict[str, str]) -> None:
+        """Start ``argv`` as ``name``, its output going to ``<log_dir>/<name>.log``."""
+        with open(self.log_dir / f"{name}.log", "wb") as log:
+            self.running[name] = subprocess.Popen(
+                list(argv),
+                env=env,
+                cwd=ROOT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def check_alive(self) -> None:
+        """Raise, with the end of its log, if any of the processes has exited."""
+        for name, process in self.running.items():
+            code = process.poll()
+            if code is not None:
+                raise RuntimeError(f"{name} exited with status {code}:\n{self.log_tail(name)}")
+
+    def log_tail(self, name: str, lines: int = 30) -> str:
+        """The last ``lines`` lines of ``name``'s output."""
+        text = (self.log_dir / f"{name}.log").read_text(errors="replace")
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop_all(self) -> None:
+        """SIGTERM every group, then SIGKILL what is still running. Idempotent."""
+        for process in self.running.values():
+            _signal_group(process, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_TIMEOUT_SECONDS
+        for process in self.running.values():
+            try:
+                process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                _signal_group(process, signal.SIGKILL)
+                process.wait(timeout=STOP_TIMEOUT_SECONDS)
+        # Leftovers of a group whose leader exited first (a work horse, the dispatcher).
+        for process in self.running.values():
+            _signal_group(process, signal.SIGKILL)
+        self.running.clear()
+
+
+def _signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signum)
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def server_env(redis_url: str, api_url: str, namespace: str, queue: str) -> dict[str, str]:
+    """The environment of every subprocess: this one's, minus any Slack or handoff
+    setting that could change what is measured (an app token would switch ``handoff
+    serve`` to Socket Mode; OAuth credentials would switch Bolt to OAuth mode)."""
+    inherited = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith(("SLACK_", "HANDOFF_", "REDIS_URL"))
+    }
+    return {
+        **inherited,
+        "PYTHONPATH": str(ROOT),
+        "REDIS_URL": redis_url,
+        "SLACK_BOT_TOKEN": BOT_TOKEN,
+        "SLACK_SIGNING_SECRET": SIGNING_SECRET,
+        "SLACK_API_URL": api_url,
+        "HANDOFF_CHANNEL": CHANNEL,
+        "HANDOFF_NAMESPACE": namespace,
+        "HANDOFF_QUEUE": queue,
+    }
+
+
+def gunicorn_options(args: argparse.Namespace, port: int) -> list[str]:
+    """The bare app's gunicorn options: those ``bot.server.serve_http`` sets."""
+    return [
+        "--bind",
+        f"{HOST}:{port}",
+        "--workers",
+        str(args.serve_workers),
+        "--threads",
+        str(args.threads),
+        "--worker-class",
+        "gthread",
+        "--timeout",
+        "30",
+        "--graceful-timeout",
+        "10",
+        "--keep-alive",
+        "5",
+        "--log-level",
+        "info",
+    ]
+
+
+def wait_until_answering(processes: Processes, name: str, url: str) -> None:
+    """Wait until ``url`` gets any HTTP answer (a 404 counts: the server is up)."""
+    deadline = time.monotonic() + START_TIMEOUT_SECONDS
+    while time.monotonic() < deadline:
+        processes.check_alive()
+        try:
+            with urllib.request.urlopen(url, timeout=1):
+                return
+        except urllib.error.HTTPError:
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"{name} did not answer at {url}:\n{processes.log_tail(name)}")
+
+
+def wait_for_workers(redis: Redis, processes: Processes, worker_names: Sequence[str]) -> None:
+    """Wait until every RQ worker has registered itself."""
+    deadline = time.monotonic() + START_TIMEOUT_SECONDS
+    while time.monotonic() < deadline:
+        processes.check_alive()
+        if redis.exists(*(f"rq:worker:{name}" for name in worker_names)) == len(worker_names):
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"the workers did not start:\n{processes.log_tail(worker_names[0])}")
+
+
+# -- handoffs and the clicks that approve them ------------------------------------------
+
+
+def create_handoffs(handoffs: Handoffs, count: int, record_key: str) -> list[str]:
+    """Create ``count`` realistic approvals whose resume records its start under
+    ``record_key``; return their ids in creation order."""
+
+    def create(i: int) -> str:
+        return handoffs.request_approval(
+            run_id=f"bench-run-{i}",
+            thread_id=f"bench-thread-{i}",
+            action="issue_refund",
+            args={"order_id": f"A-{i:06d}", "amount_usd": 30, "reason": "charged twice"},
+            description="Refund one of two identical charges",
+            context="The customer was charged twice for the same order; refund one charge.",
+            channel=CHANNEL,
+            reviewers=[REVIEWER],
+            resume=RESUME_TARGET,
+            agent_name="bench-agent",
+            metadata={METADATA_KEY: record_key},
+        ).id
+
+    with ThreadPoolExecutor(SETUP_THREADS) as pool:
+        return list(pool.map(create, range(count)))
+
+
+def get_all(handoffs: Handoffs, ids: Sequence[str]) -> list[Handoff]:
+    """The stored handoffs, in the order of ``ids``."""
+    found: list[Handoff] = []
+    for first in range(0, len(ids), GET_BATCH):
+        found.extend(handoffs.store.get_many(ids[first : first + GET_BATCH]))
+    return found
+
+
+def wait_until_posted(
+    handoffs: Handoffs, ids: Sequence[str], processes: Processes, timeout: float
+) -> list[Handoff]:
+    """Wait until the worker has posted every handoff (its message ts is stored)."""
+    deadline = time.monotonic() + timeout
+    next_report = time.monotonic() + PROGRESS_EVERY_SECONDS
+    while True:
+        processes.check_alive()
+        stored = get_all(handoffs, ids)
+        posted = sum(1 for h in stored if h.message_refs.get("ts"))
+        if posted == len(ids):
+            return stored
+        if time.monotonic() >= deadline:
+            raise RuntimeError(f"only {posted} of {len(ids)} handoffs were posted in {timeout} s")
+        if time.monotonic() >= next_report:
+            progress(f"posted {posted:,}/{len(ids):,}")
+            next_report += PROGRESS_EVERY_SECONDS
+        time.sleep(0.2)
+
+
+def record_click_bodies(
+    standin: SlackStandIn, posted: Sequence[Handoff], sink_url: str
+) -> list[bytes]:
+    """The ``block_actions`` body of ``REVIEWER`` clicking Approve on each posted message.
+
+    The stand-in builds each payload from the message as posted (blocks, ids, a response
+    URL), exactly as Slack would, and sends it signed to ``sink_url``; the body it sent is
+    kept. The sink is the bare Bolt app, which only acks, so nothing is decided yet.
+    """
+    standin.bot_url = sink_url
+
+    def click(handoff: Handoff) -> bytes:
+        message = standin.message(handoff.message_refs["channel"], handoff.message_refs["ts"])
+        response = standin.click(REVIEWER, message, views.APPROVE)
+        if response.status != 200:
+            raise RuntimeError(f"the bare app answered {response.status} while recording")
+        return response.request_body
+
+    with ThreadPoolExecutor(SETUP_THREADS) as pool:
+        return list(pool.map(click, posted))
+
+
+# -- sending clicks ----------------------------------------------------------------------
+
+
+@dataclass
+class ClickRun:
+    """What the client saw of one batch of clicks, indexed like the bodies sent."""
+
+    seconds: float
+    latencies_ms: list[float]
+    answered_at: list[float]
+    """Wall-clock time (``time.time()``) each response arrived."""
+    statuses: list[int]
+    """HTTP status of each click; 0 when the connection failed."""
+
+    @property
+    def rate(self) -> float:
+        """Clicks answered per second."""
+        return len(self.statuses) / self.seconds
+
+    @property
+    def failures(self) -> Counter[int]:
+        """How many clicks got each status other than 200."""
+        return Counter(s for s in self.statuses if s != 200)
+
+
+def signed_headers(bodies: Sequence[bytes]) -> list[dict[str, str]]:
+    """Slack's request headers for each body, signed with the current time.
+
+    Signed just before sending, because Bolt rejects timestamps more than five minutes
+    old; signing up front keeps the HMAC off the client's measured path.
+    """
+    verifier = SignatureVerifier(SIGNING_SECRET)
+    timestamp = str(int(time.time()))
+    return [
+        {
+            "Content-Type": "application/x-www-form-urlencoded",
+            "X-Slack-Request-Timestamp": timestamp,
+            "X-Slack-Signature": str(verifier.generate_signature(timestamp=timestamp, body=body)),
+        }
+        for body in bodies
+    ]
+
+
+def send_clicks(port: int, bodies: Sequence[bytes], concurrency: int) -> ClickRun:
+    """POST every body to ``/slack/events`` from ``concurrency`` threads; time each one.
+
+    Each thread keeps one HTTP/1.1 connection, opened before the clock starts, and takes
+    the next unsent body as soon as it has an answer, so the server always has
+    ``concurrency`` clicks in hand.
+    """
+    count = len(bodies)
+    headers = signed_headers(bodies)
+    latencies = [0.0] * count
+    answered_at = [0.0] * count
+    statuses = [0] * count
+    next_index = itertools.count()  # next() on it is atomic under the GIL
+    connections = [
+        http.client.HTTPConnection(HOST, port, timeout=REQUEST_TIMEOUT_SECONDS)
+        for _ in range(min(concurrency, count))
+    ]
+    for connection in connections:
+        connection.connect()
+    barrier = threading.Barrier(len(connections) + 1)
+
+    def send(connection: http.client.HTTPConnection) -> None:
+        barrier.wait()
+        while (i := next(next_index)) < count:
+            started = time.perf_counter()
+            try:
+                connection.request("POST", EVENTS_PATH, body=bodies[i], headers=headers[i])
+                with connection.getresponse() as response:
+                    response.read()
+                    statuses[i] = response.status
+            except (OSError, http.client.HTTPException):
+                # Counted as a failure (status 0); a retry could decide twice.
+                connection.close()
+            latencies[i] = (time.perf_counter() - started) * 1000
+            answered_at[i] = time.time()
+
+    threads = [threading.Thread(target=send, args=(c,), daemon=True) for c in connections]
+    for thread in threads:
+        thread.start()
+    barrier.wait()
+    started = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    seconds = time.perf_counter() - started
+    for connection in connections:
+        connection.close()
+    return ClickRun(seconds, latencies, answered_at, statuses)
+
+
+# -- resumes -----------------------------------------------------------------------------
+
+
+@dataclass
+class Recorder:
+    """The keys ``bench.click_targets`` records resumes under, for one set of handoffs."""
+
+    redis: Redis
+    base: str
+
+    def started(self) -> dict[str, float]:
+        """Handoff id -> when its resume target started (wall clock)."""
+        recorded = self.redis.hgetall(started_key(self.base))
+        return {
+            key.decode() if isinstance(key, bytes) else key: float(value)
+            for key, value in recorded.items()
+        }
+
+    def runs(self) -> int:
+        """Resume target runs, duplicates included."""
+        return int(self.redis.get(count_key(self.base)) or 0)
+
+    def distinct(self) -> int:
+        """Handoffs whose resume target ran."""
+        return int(self.redis.scard(ids_key(self.base)))
+
+
+def wait_until_quiet(rig: Rig, expected: int) -> bool:
+    """Wait until ``expected`` resumes ran and the outbox is empty (every resume and
+    message update finished); False after ``--timeout`` seconds."""
+    outbox = rig.handoffs.store.keys.outbox
+    deadline = time.monotonic() + rig.args.timeout
+    next_report = time.monotonic() + PROGRESS_EVERY_SECONDS
+    while time.monotonic() < deadline:
+        rig.processes.check_alive()
+        resumed, outstanding = rig.recorder.runs(), int(rig.redis.zcard(outbox))
+        if resumed >= expected and outstanding == 0:
+            return True
+        if time.monotonic() >= next_report:
+            progress(f"resumed {resumed:,}/{expected:,}, {outstanding:,} tasks outstanding")
+            next_report += PROGRESS_EVERY_SECONDS
+        time.sleep(POLL_SECONDS)
+    return False
+
+
+def click_to_resume_ms(ids: Sequence[str], run: ClickRun, started: dict[str, float]) -> list[float]:
+    """For each click of ``run`` (on ``ids[i]``), ms from its response reaching the client
+    to its resume target starting; clicks whose resume never ran are left out.
+
+    Both times are wall-clock readings on this machine. A resume may start before the
+    response arrives (the decision commits before Bolt writes the response), so small
+    negative values are real.
+    """
+    return [
+        (started[handoff_id] - answered) * 1000
+        for handoff_id, answered in zip(ids, run.answered_at, strict=True)
+        if handoff_id in started
+    ]
+
+
+def idle_clicks(
+    rig: Rig, ids: Sequence[str], bodies: Sequence[bytes]
+) -> tuple[list[float], list[ClickRun]]:
+    """Send clicks one at a time, each once the previous resume and message update are
+    done; return the click -> resume latencies and the runs."""
+    latencies: list[float] = []
+    runs: list[ClickRun] = []
+    for handoff_id, body in zip(ids, bodies, strict=True):
+        done = rig.recorder.runs()
+        run = send_clicks(rig.serve_port, [body], 1)
+        runs.append(run)
+        if not wait_until_quiet(rig, done + 1):
+            break
+        latencies += click_to_resume_ms([handoff_id], run, rig.recorder.started())
+    return latencies, runs
+
+
+# -- CPU accounting ----------------------------------------------------------------------
+
+
+def group_cpu_seconds(process_group: int) -> float:
+    """CPU seconds used by the processes of a group, including their reaped children
+    (RQ's work horses), read from /proc; 0 where /proc is unavailable."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            # Fields after the ")" closing the command name: state is field 3.
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == process_group:  # pgrp
+            total += sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+    return total / ticks
+
+
+@dataclass
+class CpuMeter:
+    """CPU seconds spent by this process and by named process groups during a phase."""
+
+    groups: dict[str, int]
+    used: dict[str, float] = field(default_factory=dict)
+
+    @contextlib.contextmanager
+    def measure(self) -> Iterator[None]:
+        """Record CPU use over the ``with`` block (this process is "client + stand-in")."""
+        before = {name: group_cpu_seconds(pgid) for name, pgid in self.groups.items()}
+        own = time.process_time()
+        yield
+        self.used = {
+            name: group_cpu_seconds(pgid) - before[name] for name, pgid in self.groups.items()
+        }
+        self.used["client + stand-in"] = time.process_time() - own
+
+    def describe(self, clicks: int) -> str:
+        """``serve 1.20 ms, worker 3.10 ms, ...`` of CPU per click."""
+        return ", ".join(
+            f"{name} {seconds * 1000 / clicks:.2f} ms" for name, seconds in self.used.items()
+        )
+
+
+# -- checks ------------------------------------------------------------------------------
+
+
+def check_run(name: str, run: ClickRun) -> list[str]:
+    """Problems with the answers a server gave."""
+    if run.failures:
+        described = ", ".join(
+            f"{count} x {status or 'no answer'}" for status, count in sorted(run.failures.items())
+        )
+        return [f"{name}: {described} of {len(run.statuses)} clicks"]
+    return []
+
+
+def check_handoffs(rig: Rig, ids: Sequence[str]) -> list[str]:
+    """Problems with "every handoff decided exactly once, by the click, and resumed
+    exactly once"."""
+    handoffs, recorder = rig.handoffs, rig.recorder
+    problems: list[str] = []
+    stored = get_all(handoffs, ids)
+    wrong = [
+        h.id
+        for h in stored
+        if h.status is not Status.APPROVED
+        or h.resume_data is None
+        or h.resume_data.decided_by != REVIEWER
+    ]
+    if wrong:
+        problems.append(f"{len(wrong)} handoffs not approved by {REVIEWER} (e.g. {wrong[0]})")
+    unfinished = sum(1 for h in stored if h.resume.state is not TaskState.COMPLETED)
+    if unfinished:
+        problems.append(f"{unfinished} resumes not completed in the store")
+    events = Counter((e.event, e.handoff_id) for e in handoffs.store.global_audit())
+    not_once = [i for i in ids if events["decided", i] != 1]
+    if not_once:
+        problems.append(f"{len(not_once)} handoffs without exactly one decision in the audit")
+    denied = sum(events["denied", i] for i in ids)
+    if denied:
+        problems.append(f"{denied} clicks were denied")
+    runs, distinct = recorder.runs(), recorder.distinct()
+    if runs != distinct:
+        problems.append(f"{runs - distinct} resume(s) ran more than once")
+    if distinct != len(ids):
+        problems.append(f"{distinct} of {len(ids)} handoffs were resumed")
+    refusals = rig.standin.calls("response_url")
+    if refusals:
+        problems.append(f"the bot answered {len(refusals)} clicks with a refusal")
+    return problems
+
+
+# -- reporting ---------------------------------------------------------------------------
+
+
+@dataclass
+class Results:
+    """Everything the report shows."""
+
+    server: str
+    bare: ClickRun
+    serve: ClickRun
+    bare_cpu: CpuMeter
+    serve_cpu: CpuMeter
+    loaded_resume_ms: list[float]
+    idle_resume_ms: list[float]
+    idle_response_ms: list[float]
+    problems: list[str]
+
+
+def _verdict(met: bool) -> str:
+    return "met" if met else "NOT met"
+
+
+def _latency(values: Sequence[float]) -> str:
+    if not values:
+        return "-"
+    p50, p99 = percentile(list(values), 0.5), percentile(list(values), 0.99)
+    return f"p50 {p50:7.1f} ms   p99 {p99:7.1f} ms"
+
+
+def print_report(results: Results, args: argparse.Namespace) -> None:
+    """The figures, each next to its target."""
+    bare, serve = results.bare, results.serve
+    ratio = serve.rate / bare.rate
+    p99 = percentile(serve.latencies_ms, 0.99)
+    loaded_p50 = percentile(results.loaded_resume_ms, 0.5) if results.loaded_resume_ms else None
+    idle_p50 = percentile(results.idle_resume_ms, 0.5) if results.idle_resume_ms else None
+    print(f"\nslack-handoff click benchmark — {results.server}")
+    print(
+        f"  {len(serve.statuses):,} approve clicks per server, {args.concurrency} client threads "
+        f"(persistent connections); gunicorn gthread {args.serve_workers} workers x "
+        f"{args.threads} threads; {args.workers} `handoff worker`; {os.cpu_count()} CPUs"
+    )
+    print(f"\n  {'server':<16}{'req/s':>9}{'p50':>11}{'p99':>11}{'max':>11}")
+    for name, run in (("bare Bolt", bare), ("handoff serve", serve)):
+        print(
+            f"  {name:<16}{run.rate:>9,.0f}"
+            f"{percentile(run.latencies_ms, 0.5):>8.1f} ms"
+            f"{percentile(run.latencies_ms, 0.99):>8.1f} ms"
+            f"{max(run.latencies_ms):>8.1f} ms"
+        )
+    print(f"\n  CPU per click, bare Bolt:     {results.bare_cpu.describe(len(bare.statuses))}")
+    print(f"  CPU per click, handoff serve: {results.serve_cpu.describe(len(serve.statuses))}")
+    print("\n  targets")
+    print(
+        f"  ratio handoff serve / bare Bolt   {ratio:8.2f}     "
+        f"(>= {RATIO_TARGET})     {_verdict(ratio >= RATIO_TARGET)}"
+    )
+    print(
+        f"  handoff serve p99                 {p99:8.1f} ms  "
+        f"(< {P99_TARGET_MS:.0f} ms)  {_verdict(p99 < P99_TARGET_MS)}"
+    )
+    for label, p50 in (("under load", loaded_p50), ("idle, one by one", idle_p50)):
+        shown = "       -" if p50 is None else f"{p50:8.1f} ms"
+        verdict = "" if p50 is None else _verdict(p50 < RESUME_P50_TARGET_MS)
+        print(
+            f"  click -> resume p50, {label:<13}{shown}  "
+            f"(< {RESUME_P50_TARGET_MS:.0f} ms)   {verdict}"
+        )
+    print("\n  click -> resume start")
+    print(
+        f"    under load ({len(results.loaded_resume_ms):,}):  {_latency(results.loaded_resume_ms)}"
+    )
+    print(f"    idle ({len(results.idle_resume_ms)}):           {_latency(results.idle_resume_ms)}")
+    print(f"    idle click response:    {_latency(results.idle_response_ms)}")
+    for problem in results.problems:
+        print(f"FAIL: {problem}")
+    if not results.problems:
+        print("\nOK: every click answered 200; every handoff decided once and resumed once")
+
+
+# -- entry point -------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Command-line options."""
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.clicks",
+        description="Approve clicks against `handoff serve` and a bare Bolt app; print rates.",
+    )
+    parser.add_argument("--clicks", type=int, default=3000, help="measured clicks per server")
+    parser.add_argument("--concurrency", type=int, default=16, help="client threads")
+    parser.add_argument("--warmup", type=int, default=300, help="warm-up clicks per server")
+    parser.add_argument(
+        "--idle-samples", type=int, default=20, help="clicks sent one by one at the end"
+    )
+    parser.add_argument(
+        "--serve-workers", type=int, default=2, help="gunicorn workers of both servers"
+    )
+    parser.add_argument("--threads", type=int, default=8, help="threads per gunicorn worker")
+    parser.add_argument("--workers", type=int, default=1, help="`handoff worker` processes")
+    parser.add_argument(
+        "--redis-url",
+        default=os.environ.get("REDIS_URL"),
+        help="Redis to use (default: env REDIS_URL, else an embedded server)",
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=600, help="seconds to wait for deliveries, resumes"
+    )
+    parser.add_argument(
+        "--keep-logs", action="store_true", help="keep the servers' and worker's logs"
+    )
+    args = parser.parse_args(argv)
+    if min(args.clicks, args.concurrency, args.warmup, args.serve_workers, args.threads) < 1:
+        parser.error("--clicks, --concurrency, --warmup, --serve-workers, --threads must be >= 1")
+    if args.workers < 1:
+        parser.error("--workers must be >= 1")
+    if args.idle_samples < 0:
+        parser.error("--idle-samples must be >= 0")
+    return args
+
+
+@dataclass
+class Rig:
+    """What one run works with: Redis, the stand-in, and the processes under test."""
+
+    args: argparse.Namespace
+    redis: Redis
+    handoffs: Handoffs
+    recorder: Recorder
+    standin: SlackStandIn
+    processes: Processes
+    serve_port: int
+    bare_port: int
+    worker_names: list[str]
+
+    def cpu_groups(self, *names: str) -> dict[str, int]:
+        """Process group ids of ``names`` and of every worker, for a ``CpuMeter``."""
+        running = self.processes.running
+        return {
+            **{name: running[name].pid for name in names},
+            **{f"worker{n}": running[name].pid for n, name in enumerate(self.worker_names)},
+        }
+
+
+def start_rig(
+    args: argparse.Namespace, url: str, namespace: str, cleanup: contextlib.ExitStack, log_dir: Path
+) -> Rig:
+    """Start the stand-in, ``handoff serve``, the bare app and the workers; wait for all."""
+    queue = namespace
+    redis = Redis.from_url(url)
+    cleanup.callback(redis.close)
+    cleanup.callback(delete_queue, redis, queue)
+    cleanup.callback(delete_namespace, redis, namespace)
+    standin = SlackStandIn(
+        signing_secret=SIGNING_SECRET,
+        bot_token=BOT_TOKEN,
+        users=[StandInUser(REVIEWER, "reviewer")],
+        ack_timeout=REQUEST_TIMEOUT_SECONDS,
+    )
+    standin.start()
+    cleanup.callback(standin.stop)
+    processes = Processes(log_dir)
+    cleanup.callback(processes.stop_all)
+
+    env = server_env(url, standin.api_url, namespace, queue)
+    serve_port, bare_port = free_port(), free_port()
+    cli = [sys.executable, "-m", "bot.cli"]
+    serve_options = ["--host", HOST, "--port", str(serve_port)]
+    serve_options += ["--workers", str(args.serve_workers), "--threads", str(args.threads)]
+    processes.spawn("serve", [*cli, "serve", *serve_options], env)
+    processes.spawn(
+        "bare",
+        [sys.executable, "-m", "gunicorn", *gunicorn_options(args, bare_port), BARE_APP],
+        env,
+    )
+    # Worker names carry the queue's, so the cleanup finds their RQ keys.
+    worker_names = [f"{queue}-worker{n}" for n in range(args.workers)]
+    for name in worker_names:
+        processes.spawn(name, [*cli, "worker", "--name", name], env)
+    wait_until_answering(processes, "serve", f"http://{HOST}:{serve_port}{HEALTH_PATH}")
+    wait_until_answering(processes, "bare", f"http://{HOST}:{bare_port}{EVENTS_PATH}")
+    wait_for_workers(redis, processes, worker_names)
+    progress(f"servers and workers up; logs in {log_dir}")
+    return Rig(
+        args=args,
+        redis=redis,
+        handoffs=Handoffs(redis, namespace=namespace),
+        recorder=Recorder(redis, bench_key(namespace, "clicks")),
+        standin=standin,
+        processes=processes,
+        serve_port=serve_port,
+        bare_port=bare_port,
+        worker_names=worker_names,
+    )
+
+
+def prepare_clicks(rig: Rig) -> tuple[list[str], list[bytes]]:
+    """Create the handoffs (warm-up, measured, idle samples, in that order), wait until
+    they are posted, and record the click that approves each one."""
+    args = rig.args
+    total = args.warmup + args.clicks + args.idle_samples
+    ids = create_handoffs(rig.handoffs, total, rig.recorder.base)
+    progress(f"created {total:,} handoffs; waiting for the workers to post them")
+    posted = wait_until_posted(rig.handoffs, ids, rig.processes, args.timeout)
+    sink_url = f"http://{HOST}:{rig.bare_port}{EVENTS_PATH}"
+    bodies = record_click_bodies(rig.standin, posted, sink_url)
+    progress(f"recorded {len(bodies):,} click bodies")
+    return ids, bodies
+
+
+def measure(rig: Rig, ids: list[str], bodies: list[bytes], server: str) -> Results:
+    """Run both servers' warm-ups and measured clicks, then the idle samples; check."""
+    args = rig.args
+    warm, measured = slice(0, args.warmup), slice(args.warmup, args.warmup + args.clicks)
+    idle = slice(args.warmup + args.clicks, len(ids))
+
+    bare_cpu = CpuMeter(rig.cpu_groups("bare", "serve"))
+    send_clicks(rig.bare_port, bodies[warm], args.concurrency)
+    with bare_cpu.measure():
+        bare = send_clicks(rig.bare_port, bodies[measured], args.concurrency)
+    progress(f"bare Bolt: {bare.rate:,.0f} req/s")
+
+    serve_cpu = CpuMeter(rig.cpu_groups("serve"))
+    warm_run = send_clicks(rig.serve_port, bodies[warm], args.concurrency)
+    # Start from idle workers, as the bare app's run did.
+    if not wait_until_quiet(rig, args.warmup):
+        raise RuntimeError("the warm-up clicks were not all resumed")
+    with serve_cpu.measure():
+        serve = send_clicks(rig.serve_port, bodies[measured], args.concurrency)
+    progress(f"handoff serve: {serve.rate:,.0f} req/s; waiting for the resumes")
+    finished = wait_until_quiet(rig, args.warmup + args.clicks)
+    loaded = click_to_resume_ms(ids[measured], serve, rig.recorder.started())
+    idle_ms: list[float] = []
+    idle_runs: list[ClickRun] = []
+    if finished:
+        idle_ms, idle_runs = idle_clicks(rig, ids[idle], bodies[idle])
+
+    # Checked with every process stopped: a late duplicate resume would show by now.
+    rig.processes.stop_all()
+    problems = [
+        *check_run("bare Bolt", bare),
+        *check_run("handoff serve warm-up", warm_run),
+        *check_run("handoff serve", serve),
+        *(p for run in idle_runs for p in check_run("handoff serve idle", run)),
+    ]
+    if not finished:
+        problems.append(f"not every click was resumed within {args.timeout} s")
+    problems += check_handoffs(rig, ids)
+    return Results(
+        server=server,
+        bare=bare,
+        serve=serve,
+        bare_cpu=bare_cpu,
+        serve_cpu=serve_cpu,
+        loaded_resume_ms=loaded,
+        idle_resume_ms=idle_ms,
+        idle_response_ms=[run.latencies_ms[0] for run in idle_runs],
+        problems=problems,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; 0 when every check passed, 1 otherwise."""
+    args = parse_args(argv)
+    # Turn a SIGTERM into the same unwinding as Ctrl-C, so processes and keys are cleaned up.
+    signal.signal(signal.SIGTERM, _interrupt)
+    namespace = f"benchclicks{uuid.uuid4().hex[:12]}"  # also the RQ queue's name
+    log_dir = Path(tempfile.mkdtemp(prefix="handoff-clicks-"))
+    keep_logs = True
+    with contextlib.ExitStack() as cleanup:
+        cleanup.callback(lambda: _remove_logs(log_dir, keep_logs))
+        url, server = _redis(args.redis_url, cleanup)
+        rig = start_rig(args, url, namespace, cleanup, log_dir)
+        ids, bodies = prepare_clicks(rig)
+        results = measure(rig, ids, bodies, server)
+        print_report(results, args)
+        keep_logs = bool(results.problems) or args.keep_logs
+    return 1 if results.problems else 0
+
+
+def _redis(url: str | None, cleanup: contextlib.ExitStack) -> tuple[str, str]:
+    """The Redis URL to use (an embedded server's when ``url`` is None) and a description."""
+    if url:
+        description = url
+    else:
+        embedded = start_embedded_redis()
+        cleanup.callback(embedded.stop)
+        url = embedded.connection_url
+        description = f"embedded server at {url}"
+    probe = Redis.from_url(url)
+    try:
+        info = probe.info("server")
+    finally:
+        probe.close()
+    name = "valkey" if "valkey_version" in info else "redis"
+    version = info.get("valkey_version") or info.get("redis_version")
+    return url, f"{description} ({name} {version})"
+
+
+def _remove_logs(log_dir: Path, keep: bool) -> None:
+    if keep:
+        print(f"logs kept in {log_dir}", file=sys.stderr)
+    else:
+        shutil.rmtree(log_dir, ignore_errors=True)
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+if __name__ == "__main__":
+    sys.exit(main())
