@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import http.client
 import itertools
+import math
 import os
 import shutil
 import signal
@@ -41,7 +43,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -85,6 +87,8 @@ PROGRESS_EVERY_SECONDS = 5.0
 SETUP_THREADS = 8
 """Threads that create handoffs and record click bodies (setup only, not measured)."""
 GET_BATCH = 500
+OTHER_LOAD_WARNING_CPUS = 0.2
+"""Average CPUs used by unrelated processes during a run above which a warning is printed."""
 BARE_APP = "bench.bare_bolt_app:application"
 
 
@@ -467,50 +471,103 @@ def idle_clicks(
     return latencies, runs
 
 
+@dataclass
+class IdleStages:
+    """Where an idle click's time to resume goes, per sample, in ms. Audit times are the
+    Redis server's clock in whole ms; the target's start is this machine's clock."""
+
+    to_resume_job: list[float] = field(default_factory=list)
+    """Decision committed -> resume job started (its lease taken, in the work horse)."""
+    job_to_target: list[float] = field(default_factory=list)
+    """Resume job started -> resume target called."""
+    update_first: int = 0
+    """Samples whose message update job started before their resume job."""
+
+    @classmethod
+    def read(cls, rig: Rig, ids: Sequence[str], started: dict[str, float]) -> IdleStages:
+        """The stages of the handoffs ``ids`` from their audit trails."""
+        stages = cls()
+        for handoff_id in ids:
+            first: dict[str, float] = {}
+            for event in rig.handoffs.store.audit_trail(handoff_id):
+                first.setdefault(event.event, event.at.timestamp())
+            if not {"decided", "resume_started"} <= first.keys() or handoff_id not in started:
+                continue
+            stages.to_resume_job.append((first["resume_started"] - first["decided"]) * 1000)
+            stages.job_to_target.append((started[handoff_id] - first["resume_started"]) * 1000)
+            update = first.get("update_started")
+            stages.update_first += update is not None and update < first["resume_started"]
+        return stages
+
+
 # -- CPU accounting ----------------------------------------------------------------------
 
 
 def group_cpu_seconds(process_group: int) -> float:
     """CPU seconds used by the processes of a group, including their reaped children
-    (RQ's work horses), read from /proc; 0 where /proc is unavailable."""
-    ticks = os.sysconf("SC_CLK_TCK")
+    (RQ's work horses), read from Linux's /proc."""
     total = 0
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            # Fields after the ")" closing the command name: state is field 3.
+            # The fields after the ")" that closes the command name, from "state" on.
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
         except (OSError, IndexError):
-            continue
+            continue  # the process exited meanwhile
         if int(fields[2]) == process_group:  # pgrp
             total += sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
-    return total / ticks
+    return total / _CLOCK_TICKS
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds every process on the machine has used since boot (/proc/stat)."""
+    cpu = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    idle = cpu[3] + cpu[4]  # idle, iowait
+    return (sum(cpu) - idle) / _CLOCK_TICKS
+
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def redis_cpu_seconds(redis: Redis) -> float:
+    """CPU seconds the Redis server has used (INFO cpu); on a shared server this includes
+    the work of its other clients."""
+    cpu = redis.info("cpu")
+    return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
 
 
 @dataclass
 class CpuMeter:
-    """CPU seconds spent by this process and by named process groups during a phase."""
+    """CPU seconds spent during a phase by each of ``clocks`` (name -> a reading of CPU
+    seconds used so far), by this process, and by everything else on the machine (other
+    work skews the figures, so it is shown)."""
 
-    groups: dict[str, int]
+    clocks: dict[str, Callable[[], float]]
     used: dict[str, float] = field(default_factory=dict)
+    seconds: float = 0.0
 
     @contextlib.contextmanager
     def measure(self) -> Iterator[None]:
         """Record CPU use over the ``with`` block (this process is "client + stand-in")."""
-        before = {name: group_cpu_seconds(pgid) for name, pgid in self.groups.items()}
-        own = time.process_time()
+        before = {name: clock() for name, clock in self.clocks.items()}
+        own, machine, started = time.process_time(), machine_busy_seconds(), time.monotonic()
         yield
-        self.used = {
-            name: group_cpu_seconds(pgid) - before[name] for name, pgid in self.groups.items()
-        }
+        self.seconds = time.monotonic() - started
+        self.used = {name: clock() - before[name] for name, clock in self.clocks.items()}
         self.used["client + stand-in"] = time.process_time() - own
+        self.used["others"] = max(0.0, machine_busy_seconds() - machine - sum(self.used.values()))
 
     def describe(self, clicks: int) -> str:
-        """``serve 1.20 ms, worker 3.10 ms, ...`` of CPU per click."""
+        """``serve 1.20 ms, worker0 3.10 ms, ...`` of CPU per click."""
         return ", ".join(
             f"{name} {seconds * 1000 / clicks:.2f} ms" for name, seconds in self.used.items()
         )
+
+    @property
+    def others_busy(self) -> float:
+        """CPUs kept busy by unrelated processes on average (0.5: half a core)."""
+        return self.used.get("others", 0.0) / self.seconds if self.seconds else 0.0
 
 
 # -- checks ------------------------------------------------------------------------------
@@ -577,11 +634,12 @@ class Results:
     loaded_resume_ms: list[float]
     idle_resume_ms: list[float]
     idle_response_ms: list[float]
+    idle_stages: IdleStages
     problems: list[str]
 
 
-def _verdict(met: bool) -> str:
-    return "met" if met else "NOT met"
+def _print_target(label: str, shown: str, target: str, met: bool) -> None:
+    print(f"    {label:<34}{shown:>12}   ({target:<9}) {'met' if met else 'NOT met'}")
 
 
 def _latency(values: Sequence[float]) -> str:
@@ -596,8 +654,6 @@ def print_report(results: Results, args: argparse.Namespace) -> None:
     bare, serve = results.bare, results.serve
     ratio = serve.rate / bare.rate
     p99 = percentile(serve.latencies_ms, 0.99)
-    loaded_p50 = percentile(results.loaded_resume_ms, 0.5) if results.loaded_resume_ms else None
-    idle_p50 = percentile(results.idle_resume_ms, 0.5) if results.idle_resume_ms else None
     print(f"\nslack-handoff click benchmark — {results.server}")
     print(
         f"  {len(serve.statuses):,} approve clicks per server, {args.concurrency} client threads "
@@ -612,30 +668,53 @@ def print_report(results: Results, args: argparse.Namespace) -> None:
             f"{percentile(run.latencies_ms, 0.99):>8.1f} ms"
             f"{max(run.latencies_ms):>8.1f} ms"
         )
-    print(f"\n  CPU per click, bare Bolt:     {results.bare_cpu.describe(len(bare.statuses))}")
-    print(f"  CPU per click, handoff serve: {results.serve_cpu.describe(len(serve.statuses))}")
-    print("\n  targets")
-    print(
-        f"  ratio handoff serve / bare Bolt   {ratio:8.2f}     "
-        f"(>= {RATIO_TARGET})     {_verdict(ratio >= RATIO_TARGET)}"
-    )
-    print(
-        f"  handoff serve p99                 {p99:8.1f} ms  "
-        f"(< {P99_TARGET_MS:.0f} ms)  {_verdict(p99 < P99_TARGET_MS)}"
-    )
-    for label, p50 in (("under load", loaded_p50), ("idle, one by one", idle_p50)):
-        shown = "       -" if p50 is None else f"{p50:8.1f} ms"
-        verdict = "" if p50 is None else _verdict(p50 < RESUME_P50_TARGET_MS)
+    print("\n  CPU time per click")
+    for name, meter, run in (
+        ("bare Bolt", results.bare_cpu, bare),
+        ("handoff serve", results.serve_cpu, serve),
+    ):
+        print(f"    {name + ' run:':<19}{meter.describe(len(run.statuses))}")
+    busiest = max(results.bare_cpu.others_busy, results.serve_cpu.others_busy)
+    if busiest >= OTHER_LOAD_WARNING_CPUS:
         print(
-            f"  click -> resume p50, {label:<13}{shown}  "
-            f"(< {RESUME_P50_TARGET_MS:.0f} ms)   {verdict}"
+            f"  WARNING: unrelated processes kept {busiest:.1f} CPUs busy during a measured run; "
+            "the figures are skewed"
+        )
+    print("\n  targets")
+    _print_target(
+        "ratio handoff serve / bare Bolt",
+        f"{ratio:.2f}",
+        f">= {RATIO_TARGET}",
+        ratio >= RATIO_TARGET,
+    )
+    _print_target(
+        "handoff serve p99", f"{p99:.1f} ms", f"< {P99_TARGET_MS:.0f} ms", p99 < P99_TARGET_MS
+    )
+    for label, values in (
+        ("click -> resume p50, under load", results.loaded_resume_ms),
+        ("click -> resume p50, idle", results.idle_resume_ms),
+    ):
+        p50 = percentile(values, 0.5) if values else math.inf
+        _print_target(
+            label, f"{p50:.1f} ms", f"< {RESUME_P50_TARGET_MS:.0f} ms", p50 < RESUME_P50_TARGET_MS
         )
     print("\n  click -> resume start")
-    print(
-        f"    under load ({len(results.loaded_resume_ms):,}):  {_latency(results.loaded_resume_ms)}"
+    rows = (
+        (f"under load ({len(results.loaded_resume_ms):,})", results.loaded_resume_ms),
+        (f"idle, one by one ({len(results.idle_resume_ms)})", results.idle_resume_ms),
+        ("idle click's own response", results.idle_response_ms),
     )
-    print(f"    idle ({len(results.idle_resume_ms)}):           {_latency(results.idle_resume_ms)}")
-    print(f"    idle click response:    {_latency(results.idle_response_ms)}")
+    for label, values in rows:
+        print(f"    {label:<30}{_latency(values)}")
+    stages = results.idle_stages
+    if stages.to_resume_job:
+        print("  idle click stages")
+        print(f"    {'decided -> resume job started':<30}{_latency(stages.to_resume_job)}")
+        print(f"    {'resume job -> target started':<30}{_latency(stages.job_to_target)}")
+        print(
+            f"    message update job started first in {stages.update_first} "
+            f"of {len(stages.to_resume_job)} samples"
+        )
     for problem in results.problems:
         print(f"FAIL: {problem}")
     if not results.problems:
@@ -697,13 +776,16 @@ class Rig:
     bare_port: int
     worker_names: list[str]
 
-    def cpu_groups(self, *names: str) -> dict[str, int]:
-        """Process group ids of ``names`` and of every worker, for a ``CpuMeter``."""
+    def cpu_clocks(self, *names: str) -> dict[str, Callable[[], float]]:
+        """CPU clocks of the processes ``names``, of every worker and of Redis."""
         running = self.processes.running
-        return {
-            **{name: running[name].pid for name in names},
-            **{f"worker{n}": running[name].pid for n, name in enumerate(self.worker_names)},
+        groups = {name: running[name].pid for name in names}
+        groups |= {f"worker{n}": running[name].pid for n, name in enumerate(self.worker_names)}
+        clocks: dict[str, Callable[[], float]] = {
+            name: functools.partial(group_cpu_seconds, pgid) for name, pgid in groups.items()
         }
+        clocks["redis"] = functools.partial(redis_cpu_seconds, self.redis)
+        return clocks
 
 
 def start_rig(
@@ -778,13 +860,13 @@ def measure(rig: Rig, ids: list[str], bodies: list[bytes], server: str) -> Resul
     warm, measured = slice(0, args.warmup), slice(args.warmup, args.warmup + args.clicks)
     idle = slice(args.warmup + args.clicks, len(ids))
 
-    bare_cpu = CpuMeter(rig.cpu_groups("bare", "serve"))
+    bare_cpu = CpuMeter(rig.cpu_clocks("bare", "serve"))
     send_clicks(rig.bare_port, bodies[warm], args.concurrency)
     with bare_cpu.measure():
         bare = send_clicks(rig.bare_port, bodies[measured], args.concurrency)
     progress(f"bare Bolt: {bare.rate:,.0f} req/s")
 
-    serve_cpu = CpuMeter(rig.cpu_groups("serve"))
+    serve_cpu = CpuMeter(rig.cpu_clocks("serve"))
     warm_run = send_clicks(rig.serve_port, bodies[warm], args.concurrency)
     # Start from idle workers, as the bare app's run did.
     if not wait_until_quiet(rig, args.warmup):
@@ -819,6 +901,7 @@ def measure(rig: Rig, ids: list[str], bodies: list[bytes], server: str) -> Resul
         loaded_resume_ms=loaded,
         idle_resume_ms=idle_ms,
         idle_response_ms=[run.latencies_ms[0] for run in idle_runs],
+        idle_stages=IdleStages.read(rig, ids[idle], rig.recorder.started()),
         problems=problems,
     )
 

@@ -26,6 +26,7 @@ import argparse
 import contextlib
 import cProfile
 import functools
+import math
 import os
 import pstats
 import shutil
@@ -134,66 +135,85 @@ def bench_key(namespace: str, label: str) -> str:
 # -- phase 1: create+decide against raw round trips ------------------------------------
 
 
-@dataclass
-class CommandTimes:
-    """Server-side microseconds per call, from INFO commandstats deltas."""
+@dataclass(frozen=True)
+class ServerSnapshot:
+    """The server's CPU seconds and per-command statistics (INFO cpu, commandstats)."""
 
-    usec_per_call: dict[str, float] = field(default_factory=dict)
+    cpu_seconds: float
+    commands: dict[str, Any]
 
     @classmethod
-    def measure(cls, before: dict[str, Any], after: dict[str, Any]) -> CommandTimes:
-        """Per-call server time of each command called between two INFO snapshots.
+    def take(cls, redis: Redis) -> ServerSnapshot:
+        """Read both now."""
+        cpu = redis.info("cpu")
+        return cls(cpu["used_cpu_user"] + cpu["used_cpu_sys"], redis.info("commandstats"))
 
-        Other clients of a shared server add to the figures; on an otherwise idle server
-        they are the benchmark's own.
-        """
+    def usec_per_call(self, earlier: ServerSnapshot) -> dict[str, float]:
+        """Server time per call of each command called since ``earlier``."""
         times = {}
-        for name, stats in after.items():
-            calls = stats["calls"] - before.get(name, {}).get("calls", 0)
-            usec = stats["usec"] - before.get(name, {}).get("usec", 0)
+        for name, stats in self.commands.items():
+            calls = stats["calls"] - earlier.commands.get(name, {}).get("calls", 0)
+            usec = stats["usec"] - earlier.commands.get(name, {}).get("usec", 0)
             if calls > 0:
                 times[name.removeprefix("cmdstat_")] = usec / calls
-        return cls(times)
-
-    def describe(self, *names: str) -> str:
-        """``evalsha 41.0 µs`` for each named command that was called."""
-        parts = [f"{n} {self.usec_per_call[n]:.1f} µs" for n in names if n in self.usec_per_call]
-        return ", ".join(parts) or "-"
+        return times
 
 
 @dataclass
 class Measurement:
-    """Best rate of several rounds, and the server's per-call times in that round."""
+    """One kind of work, measured over several rounds.
+
+    ``rate`` is the best round's items/s. The CPU figures are the least per item over the
+    rounds: CPU time is what the work costs, while wall time also counts waiting for
+    other processes, which swings widely on a busy two-core machine. Server figures
+    include the server's network I/O, and any other client of a shared server.
+    """
 
     rate: float = 0.0
-    server: CommandTimes = field(default_factory=CommandTimes)
+    client_cpu_us: float = math.inf
+    server_cpu_us: float = math.inf
+    server_usec_per_call: dict[str, float] = field(default_factory=dict)
 
-    def keep_best(self, rate: float, server: CommandTimes) -> None:
-        """Keep this round if it was the fastest so far."""
+    def run_round(
+        self, redis: Redis, work: Callable[[int], None], count: int, concurrency: int
+    ) -> float:
+        """Time one round of ``work`` over ``count`` items; keep its figures; return items/s."""
+        before, cpu_before = ServerSnapshot.take(redis), time.process_time()
+        rate = count / run_threads(work, count, concurrency)
+        cpu_after, after = time.process_time(), ServerSnapshot.take(redis)
+        self.client_cpu_us = min(self.client_cpu_us, (cpu_after - cpu_before) / count * 1e6)
+        server_cpu_us = (after.cpu_seconds - before.cpu_seconds) / count * 1e6
+        self.server_cpu_us = min(self.server_cpu_us, server_cpu_us)
         if rate > self.rate:
-            self.rate, self.server = rate, server
+            self.rate, self.server_usec_per_call = rate, after.usec_per_call(before)
+        return rate
+
+    def describe_calls(self, *names: str) -> str:
+        """``evalsha 41 µs`` for each named command that was called."""
+        calls = self.server_usec_per_call
+        return ", ".join(f"{n} {calls[n]:.0f} µs" for n in names if n in calls) or "-"
 
 
-def measure_create_decide(redis: Redis, namespace: str, count: int, concurrency: int) -> float:
-    """Create and approve ``count`` handoffs from ``concurrency`` threads; handoffs/s."""
+def create_decide_work(redis: Redis, namespace: str) -> Callable[[int], None]:
+    """Work item ``i``: create handoff ``i`` and approve it."""
     handoffs = Handoffs(redis, namespace=namespace)
     key = bench_key(namespace, "phase1")
 
     def create_and_decide(i: int) -> None:
         approve(handoffs, create_handoff(handoffs, i, key).id)
 
-    return count / run_threads(create_and_decide, count, concurrency)
+    return create_and_decide
 
 
-def measure_raw(redis: Redis, namespace: str, value: bytes, count: int, concurrency: int) -> float:
-    """One SET and one GET per item from ``concurrency`` threads; items/s."""
+def raw_work(redis: Redis, namespace: str, value: bytes) -> Callable[[int], None]:
+    """Work item ``i``: one SET and one GET of ``value``, plain redis-py."""
     prefix = f"{KeySpace(namespace).prefix}raw:"
 
     def set_and_get(i: int) -> None:
         redis.set(f"{prefix}{i}", value)
         redis.get(f"{prefix}{i}")
 
-    return count / run_threads(set_and_get, count, concurrency)
+    return set_and_get
 
 
 def request_size(redis: Redis, namespace: str) -> int:
@@ -228,24 +248,20 @@ def run_phase_one(redis: Redis, tag: str, args: argparse.Namespace) -> PhaseOne:
         value_bytes = request_size(redis, warmup)
         value = b"x" * value_bytes
         # Load the Lua scripts and fill the connection pool before anything is timed.
-        measure_raw(redis, warmup, value, WARMUP_COUNT, args.concurrency)
-        measure_create_decide(redis, warmup, WARMUP_COUNT, args.concurrency)
+        run_threads(raw_work(redis, warmup, value), WARMUP_COUNT, args.concurrency)
+        run_threads(create_decide_work(redis, warmup), WARMUP_COUNT, args.concurrency)
     finally:
         delete_namespace(redis, warmup)
     result = PhaseOne(value_bytes, Measurement(), Measurement())
-    for round_number in range(args.rounds):
-        namespace = f"{tag}p1r{round_number}"
+    for number in range(1, args.rounds + 1):
+        namespace = f"{tag}p1r{number}"
         try:
-            before = redis.info("commandstats")
-            rate = measure_raw(redis, namespace, value, args.count, args.concurrency)
-            result.raw.keep_best(rate, CommandTimes.measure(before, redis.info("commandstats")))
-            progress(f"round {round_number + 1}: raw SET+GET {rate:,.0f}/s")
-            before = redis.info("commandstats")
-            rate = measure_create_decide(redis, namespace, args.count, args.concurrency)
-            result.handoffs.keep_best(
-                rate, CommandTimes.measure(before, redis.info("commandstats"))
-            )
-            progress(f"round {round_number + 1}: create+decide {rate:,.0f}/s")
+            work = raw_work(redis, namespace, value)
+            rate = result.raw.run_round(redis, work, args.count, args.concurrency)
+            progress(f"round {number}: raw SET+GET {rate:,.0f}/s")
+            work = create_decide_work(redis, namespace)
+            rate = result.handoffs.run_round(redis, work, args.count, args.concurrency)
+            progress(f"round {number}: create+decide {rate:,.0f}/s")
         finally:
             delete_namespace(redis, namespace)
     return result
@@ -611,13 +627,35 @@ def print_report(
     n = args.count
     print(f"\nslack-handoff lifecycle benchmark — {server}")
     print(f"  {n:,} handoffs, {args.concurrency} client threads, {args.workers} workers")
+    # Other processes on the machine skew wall-clock rates; say how busy it was.
+    load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
+    print(f"  {os.cpu_count()} CPUs; load average (1, 5, 15 min) at the end: {load}")
     if one is not None:
         met = "met" if one.ratio >= RATIO_TARGET else "NOT met"
-        print(f"\ncreate+decide alone, no workers (best of {args.rounds} alternating rounds)")
-        print(f"  raw SET+GET ({one.value_bytes} B value)  {one.raw.rate:>9,.0f} pairs/s")
-        print(f"  create+decide                {one.handoffs.rate:>9,.0f} handoffs/s")
-        print(f"  server time per call         raw: {one.raw.server.describe('set', 'get')}")
-        print(f"                               handoffs: {one.handoffs.server.describe('evalsha')}")
+        raw, made = one.raw, one.handoffs
+        print(f"\ncreate+decide alone, no workers ({args.rounds} alternating rounds)")
+        rows = [
+            ("", "raw SET+GET", "create+decide"),
+            ("value / request size", f"{one.value_bytes} B", f"{one.value_bytes} B"),
+            ("throughput, best round", f"{raw.rate:,.0f} pairs/s", f"{made.rate:,.0f} handoffs/s"),
+            (
+                "client CPU per item",
+                f"{raw.client_cpu_us:,.0f} µs",
+                f"{made.client_cpu_us:,.0f} µs",
+            ),
+            (
+                "server CPU per item",
+                f"{raw.server_cpu_us:,.0f} µs",
+                f"{made.server_cpu_us:,.0f} µs",
+            ),
+            (
+                "server time per call",
+                raw.describe_calls("set", "get"),
+                made.describe_calls("evalsha"),
+            ),
+        ]
+        for label, baseline, measured in rows:
+            print(f"  {label:<24}{baseline:>22}{measured:>22}")
         print(
             f"  create+decide / raw SET+GET ratio: {one.ratio:.2f} (target >= {RATIO_TARGET}) {met}"
         )

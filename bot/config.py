@@ -58,6 +58,18 @@ class Settings(BaseSettings):
         ge=0,
         description="Time past a job's timeout before another attempt may start.",
     )
+    remind_after_seconds: float = Field(
+        default=0, ge=0, description="Remind reviewers after this long, repeatedly; 0: never."
+    )
+    max_reminders: int = Field(
+        default=defaults.MAX_REMINDERS, ge=0, description="Most reminders per handoff."
+    )
+    escalate_after_seconds: float = Field(
+        default=0, ge=0, description="Escalate a pending handoff after this long; 0: never."
+    )
+    escalate_to: str | None = Field(
+        default=None, description="Escalation channel id (copy posted) or user group id."
+    )
     sweep_interval_seconds: float = Field(
         default=defaults.SWEEP_INTERVAL_SECONDS,
         gt=0,
@@ -131,6 +143,10 @@ class Settings(BaseSettings):
             backoff_seconds=self.retry_backoff_seconds,
             backoff_max_seconds=self.retry_backoff_max_seconds,
             lease_grace_seconds=self.lease_grace_seconds,
+            remind_after_seconds=self.remind_after_seconds,
+            max_reminders=self.max_reminders,
+            escalate_after_seconds=self.escalate_after_seconds,
+            escalate_to=self.escalate_to,
         )
 
     def store_config(self) -> StoreConfig:

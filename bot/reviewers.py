@@ -40,12 +40,22 @@ class ReviewerPolicy:
         self.block_self_approval = block_self_approval
         self.cache_seconds = cache_seconds
 
-    def denial(self, user_id: str, handoff: Handoff) -> str | None:
-        """Why ``user_id`` may not decide ``handoff``, or None when they may."""
+    def denial(self, user_id: str, handoff: Handoff, *, channel: str | None = None) -> str | None:
+        """Why ``user_id`` may not decide ``handoff``, or None when they may.
+
+        ``channel`` is where the user acted: once a handoff is escalated to a channel,
+        anyone there may decide it; once escalated to a user group, its members may.
+        """
         if self.block_self_approval and handoff.requester and handoff.requester == user_id:
             return "You asked for this, so someone else has to decide it."
         if user_id in self.admins:
             return None
+        if handoff.escalated_at and handoff.escalate_to:
+            target = handoff.escalate_to
+            if target == channel:
+                return None
+            if _is_usergroup(target) and user_id in self.group_members(target):
+                return None
         reviewers = handoff.reviewers or self.default_reviewers
         if not reviewers or user_id in reviewers:
             return None

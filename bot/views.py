@@ -100,13 +100,18 @@ class FullContent:
     part: str
 
 
-def render_message(handoff: Handoff, *, now: datetime | None = None) -> RenderedMessage:
+def render_message(
+    handoff: Handoff, *, now: datetime | None = None, note: str | None = None
+) -> RenderedMessage:
     """The channel message of a handoff in its current state.
 
     A pending handoff shows its buttons; a decided one shows who decided what, instead.
-    Long agent text is shortened with a **View full** button.
+    Long agent text is shortened with a **View full** button. ``note`` (mrkdwn written by
+    the bot, e.g. "Escalated here") is shown under the header.
     """
     blocks: list[Block] = [HeaderBlock(text=_clip(_title(handoff), 150))]
+    if note:
+        blocks.append(ContextBlock(elements=[MarkdownTextObject(text=_clip(note, 500))]))
     truncated = False
     if handoff.context:
         text, cut = _agent_text(handoff.context, _CONTEXT_SHOWN, quote=True)
@@ -161,6 +166,31 @@ def outcome_text(handoff: Handoff) -> str:
             f"*Corrected draft:*\n{_agent_text(decision.corrected_draft, 1200, quote=True)[0]}"
         )
     return _clip("\n".join(lines), SECTION_TEXT_LIMIT)
+
+
+def render_moved(handoff: Handoff, *, channel: str) -> RenderedMessage:
+    """What an old message shows once its handoff was reassigned elsewhere."""
+    text = f":arrow_right: This request moved to <#{channel}>; decide it there."
+    blocks: list[Block] = [
+        HeaderBlock(text=_clip(_title(handoff), 150)),
+        SectionBlock(text=MarkdownTextObject(text=text)),
+        ContextBlock(elements=[MarkdownTextObject(text=_details_line(handoff, None))]),
+    ]
+    return RenderedMessage(
+        text=_agent_text(_title(handoff) + " [moved]", 300)[0], blocks=_to_dicts(blocks)
+    )
+
+
+def reminder_text(handoff: Handoff, *, now: datetime | None = None) -> str:
+    """The thread reply that reminds reviewers of a pending handoff."""
+    who = " ".join(_reviewer_mention(r) for r in handoff.reviewers[:20]) or "Reviewers"
+    waiting = _ago(handoff.created_at, now).removesuffix(" ago")
+    return f":bell: {who}: this request has been waiting for {waiting}. Please decide it."
+
+
+def escalation_note(handoff: Handoff) -> str:
+    """The note on the copy posted to the escalation channel."""
+    return ":rotating_light: Escalated here: nobody decided this request in time."
 
 
 def thread_record_text(handoff: Handoff) -> str:
@@ -377,6 +407,15 @@ def handoff_id_from_view(view: dict[str, Any]) -> str | None:
         return str(json.loads(view.get("private_metadata") or "{}")["handoff_id"])
     except (ValueError, KeyError, TypeError):
         return None
+
+
+def channel_from_view(view: dict[str, Any]) -> str | None:
+    """The channel a modal was opened from (kept in ``private_metadata``), if known."""
+    try:
+        channel = json.loads(view.get("private_metadata") or "{}").get("channel")
+    except (ValueError, AttributeError):
+        return None
+    return str(channel) if channel else None
 
 
 # -- message parts -----------------------------------------------------------------------
@@ -620,6 +659,12 @@ def _escape(text: str) -> str:
 
 def _compact_json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+
+
+def _reviewer_mention(reviewer: str) -> str:
+    if reviewer.startswith("S") and reviewer.isalnum():
+        return f"<!subteam^{reviewer}>"
+    return _mention(reviewer)
 
 
 def _mention(user_id: str) -> str:

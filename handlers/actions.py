@@ -7,6 +7,7 @@ called straight away because a trigger id expires three seconds after the click.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -41,7 +42,14 @@ def register(app: App) -> None:
 def approve(ack: Ack, body: dict[str, Any], respond: Respond, context: dict[str, Any]) -> None:
     """Approve: decided right here, in one Redis transaction."""
     ack()
-    result = decide_as(deps_of(context), _user(body), _handoff_id(body), "approved", via=VIA_BUTTON)
+    result = decide_as(
+        deps_of(context),
+        _user(body),
+        _handoff_id(body),
+        "approved",
+        via=VIA_BUTTON,
+        channel=_channel(body),
+    )
     if isinstance(result, Refusal):
         _tell(respond, result.message)
 
@@ -51,7 +59,7 @@ def claim(ack: Ack, body: dict[str, Any], respond: Respond, context: dict[str, A
     ack()
     deps = deps_of(context)
     user = _user(body)
-    loaded = load_for(deps, _handoff_id(body), user, via=VIA_BUTTON)
+    loaded = load_for(deps, _handoff_id(body), user, via=VIA_BUTTON, channel=_channel(body))
     if isinstance(loaded, Refusal):
         _tell(respond, loaded.message)
         return
@@ -94,7 +102,10 @@ def _opens(
     ) -> None:
         ack()
         user = _user(body)
-        loaded = load_for(deps_of(context), _handoff_id(body), user, via=VIA_BUTTON)
+        channel = _channel(body)
+        loaded = load_for(
+            deps_of(context), _handoff_id(body), user, via=VIA_BUTTON, channel=channel
+        )
         if isinstance(loaded, Refusal):
             _tell(respond, loaded.message)
             return
@@ -104,7 +115,10 @@ def _opens(
             )
             _tell(respond, f"Only the person who claimed this escalation resolves it ({owner}).")
             return
-        _open_modal(client, body, respond, render(loaded))
+        view = render(loaded)
+        # Remember where the modal was opened: it matters for who may decide (escalation).
+        view["private_metadata"] = json.dumps({"handoff_id": loaded.id, "channel": channel})
+        _open_modal(client, body, respond, view)
 
     open_modal.__name__ = f"open_{render.__name__.removeprefix('render_')}"
     return open_modal
@@ -131,6 +145,12 @@ def _tell(respond: Respond, message: str) -> None:
 
 def _user(body: dict[str, Any]) -> str:
     return str(body["user"]["id"])
+
+
+def _channel(body: dict[str, Any]) -> str | None:
+    container = body.get("container") or {}
+    channel = container.get("channel_id") or (body.get("channel") or {}).get("id")
+    return str(channel) if channel else None
 
 
 def _handoff_id(body: dict[str, Any]) -> str | None:

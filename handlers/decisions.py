@@ -43,11 +43,15 @@ class Refusal:
 
 
 def load_for(
-    deps: HandlerDeps, handoff_id: str | None, user_id: str, *, via: str
+    deps: HandlerDeps,
+    handoff_id: str | None,
+    user_id: str,
+    *,
+    via: str,
+    channel: str | None = None,
 ) -> Handoff | Refusal:
-    """The pending handoff ``user_id`` wants to act on, or why they cannot.
-
-    Denials are audited. Used before opening a modal, and before every decision.
+    """The pending handoff ``user_id`` wants to act on (from ``channel``), or why they
+    cannot. Denials are audited. Used before opening a modal, and before every decision.
     """
     if not handoff_id:
         return Refusal(NOT_FOUND)
@@ -55,7 +59,7 @@ def load_for(
         handoff = deps.store.get(handoff_id)
         if not handoff.is_pending:
             return Refusal(already_decided_text(handoff))
-        denial = deps.reviewers.denial(user_id, handoff)
+        denial = deps.reviewers.denial(user_id, handoff, channel=channel)
         if denial:
             deps.store.record_audit(handoff_id, "denied", actor=user_id, detail={"via": via})
             logger.info("denied", extra={"handoff_id": handoff_id, "user": user_id, "via": via})
@@ -75,10 +79,11 @@ def decide_as(
     outcome: str,
     *,
     via: str,
+    channel: str | None = None,
     **decision: Any,
 ) -> Handoff | Refusal:
     """Decide ``handoff_id`` as ``user_id`` if they may; the first decision wins."""
-    loaded = load_for(deps, handoff_id, user_id, via=via)
+    loaded = load_for(deps, handoff_id, user_id, via=via, channel=channel)
     if isinstance(loaded, Refusal):
         return loaded
     try:

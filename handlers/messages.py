@@ -54,7 +54,9 @@ def on_message(
     text = (event.get("text") or "").strip()
     if not text:
         return
-    result = decide_as(deps, user, handoff_id, "answered", via=VIA_THREAD, answer=text)
+    result = decide_as(
+        deps, user, handoff_id, "answered", via=VIA_THREAD, channel=channel, answer=text
+    )
     if isinstance(result, Refusal):
         try:
             client.chat_postEphemeral(

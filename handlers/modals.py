@@ -41,6 +41,7 @@ def submit_reject(
             views.handoff_id_from_view(view),
             "rejected",
             via=VIA_MODAL,
+            channel=views.channel_from_view(view),
             comment=reason,
         ),
     )
@@ -52,7 +53,13 @@ def submit_edit(
     """Approve with edited arguments, after checking their types and schema."""
     deps = deps_of(context)
     user = _user(body)
-    loaded = load_for(deps, views.handoff_id_from_view(view), user, via=VIA_MODAL)
+    loaded = load_for(
+        deps,
+        views.handoff_id_from_view(view),
+        user,
+        via=VIA_MODAL,
+        channel=views.channel_from_view(view),
+    )
     if isinstance(loaded, Refusal):
         _finish(ack, view, loaded)
         return
@@ -63,7 +70,15 @@ def submit_edit(
     _finish(
         ack,
         view,
-        decide_as(deps, user, loaded.id, "approved", via=VIA_MODAL, edited_args=parsed.args),
+        decide_as(
+            deps,
+            user,
+            loaded.id,
+            "approved",
+            via=VIA_MODAL,
+            channel=views.channel_from_view(view),
+            edited_args=parsed.args,
+        ),
     )
 
 
@@ -73,7 +88,13 @@ def submit_answer(
     """Answer a question with the typed text or the picked choice."""
     deps = deps_of(context)
     user = _user(body)
-    loaded = load_for(deps, views.handoff_id_from_view(view), user, via=VIA_MODAL)
+    loaded = load_for(
+        deps,
+        views.handoff_id_from_view(view),
+        user,
+        via=VIA_MODAL,
+        channel=views.channel_from_view(view),
+    )
     if isinstance(loaded, Refusal):
         _finish(ack, view, loaded)
         return
@@ -84,7 +105,19 @@ def submit_answer(
             errors={views.ANSWER_BLOCK: "Pick a choice or type an answer."},
         )
         return
-    _finish(ack, view, decide_as(deps, user, loaded.id, "answered", via=VIA_MODAL, answer=answer))
+    _finish(
+        ack,
+        view,
+        decide_as(
+            deps,
+            user,
+            loaded.id,
+            "answered",
+            via=VIA_MODAL,
+            channel=views.channel_from_view(view),
+            answer=answer,
+        ),
+    )
 
 
 def submit_correction(
@@ -106,6 +139,7 @@ def submit_correction(
             views.handoff_id_from_view(view),
             "approved",
             via=VIA_MODAL,
+            channel=views.channel_from_view(view),
             corrected_draft=draft,
         ),
     )
@@ -125,6 +159,7 @@ def submit_resolution(
             views.handoff_id_from_view(view),
             "answered",
             via=VIA_MODAL,
+            channel=views.channel_from_view(view),
             answer=notes,
         ),
     )

@@ -41,3 +41,6 @@ SWEEP_INTERVAL_SECONDS = 1.0
 
 SWEEP_BATCH = 500
 """Most due items the dispatcher takes in one step."""
+
+MAX_REMINDERS = 3
+"""Reminders sent at most, when reminders are on."""

@@ -48,6 +48,8 @@ class TaskKind(StrEnum):
     DELIVER = "deliver"
     RESUME = "resume"
     NOTIFY = "notify"  # update the posted message after a decision or a claim
+    REMIND = "remind"  # remind the reviewers in the message's thread
+    ESCALATE = "escalate"  # post the handoff to the escalation channel too
 
 
 class TaskState(StrEnum):
@@ -125,6 +127,10 @@ class HandoffRequest(_Strict):
     resume_target: str | None = None
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=256)
     expires_in_seconds: float | None = Field(default=None, gt=0)
+    remind_after_seconds: float | None = Field(default=None, ge=0)
+    max_reminders: int | None = Field(default=None, ge=0, le=100)
+    escalate_after_seconds: float | None = Field(default=None, ge=0)
+    escalate_to: str | None = Field(default=None, max_length=64)
     metadata: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")
@@ -188,6 +194,9 @@ class Handoff(BaseModel):
     resume: TaskProgress = Field(default_factory=TaskProgress)
     notify: TaskProgress = Field(default_factory=TaskProgress)
     message_refs: dict[str, Any] = Field(default_factory=dict)
+    escalate_to: str | None = None
+    escalated_at: datetime | None = None
+    reminders_sent: int = 0
     version: int = 0
 
     @property
@@ -199,7 +208,19 @@ class Handoff(BaseModel):
     def from_redis_hash(cls, handoff_id: str, fields: dict[str, str]) -> Handoff:
         """Build a handoff from the decoded fields of its Redis hash."""
         request = json.loads(fields["request"])
-        request.pop("expires_in_seconds", None)
+        for timer in (
+            "expires_in_seconds",
+            "remind_after_seconds",
+            "max_reminders",
+            "escalate_after_seconds",
+            "escalate_to",
+        ):
+            request.pop(timer, None)
+        # Reassignment changes the routing; the request itself is never rewritten.
+        if fields.get("channel_override"):
+            request["channel"] = fields["channel_override"]
+        if fields.get("reviewers_override"):
+            request["reviewers"] = json.loads(fields["reviewers_override"])
         decision = None
         if fields.get("decision"):
             decision = ResumeData.model_validate(
@@ -219,6 +240,9 @@ class Handoff(BaseModel):
             resume=_task(fields, TaskKind.RESUME),
             notify=_task(fields, TaskKind.NOTIFY),
             message_refs=json.loads(fields.get("message_refs") or "{}"),
+            escalate_to=fields.get("escalate_to") or None,
+            escalated_at=_ms(fields.get("escalated_at")),
+            reminders_sent=int(fields.get("remind_done", 0)),
             version=int(fields.get("version", 0)),
         )
 

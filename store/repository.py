@@ -7,7 +7,7 @@ import logging
 import time
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -53,10 +53,35 @@ class TaskPolicy:
     backoff_seconds: float = defaults.RETRY_BACKOFF_SECONDS
     backoff_max_seconds: float = defaults.RETRY_BACKOFF_MAX_SECONDS
     lease_grace_seconds: float = defaults.LEASE_GRACE_SECONDS
+    remind_after_seconds: float = 0
+    """Remind the reviewers after this long, and again each time as long; 0: never."""
+    max_reminders: int = defaults.MAX_REMINDERS
+    escalate_after_seconds: float = 0
+    """Post the handoff to ``escalate_to`` too after this long; 0: never."""
+    escalate_to: str | None = None
+    """Channel id (a copy is posted there) or user group id (its members may decide)."""
+
+    def for_request(self, request: HandoffRequest) -> TaskPolicy:
+        """This policy with the request's own timer settings applied."""
+        overrides = {
+            name: getattr(request, name)
+            for name in (
+                "remind_after_seconds",
+                "max_reminders",
+                "escalate_after_seconds",
+                "escalate_to",
+            )
+            if getattr(request, name) is not None
+        }
+        return replace(self, **overrides)
 
     def as_script_arg(self) -> str:
         return json.dumps(
             {
+                "remind_after_ms": int(self.remind_after_seconds * 1000),
+                "max_reminders": self.max_reminders,
+                "escalate_after_ms": int(self.escalate_after_seconds * 1000),
+                "escalate_to": self.escalate_to or "",
                 "resume_max": self.resume_max_attempts,
                 "resume_timeout_ms": int(self.resume_timeout_seconds * 1000),
                 "deliver_max": self.delivery_max_attempts,
@@ -131,6 +156,7 @@ class HandoffStore:
                 "EXPIRE_DUE",
                 "PURGE_DECIDED",
                 "RECORD_AUDIT",
+                "REASSIGN",
             )
         }
 
@@ -155,7 +181,7 @@ class HandoffStore:
         )
         if size > self.config.max_payload_bytes:
             raise PayloadTooLarge(size, self.config.max_payload_bytes)
-        policy = tasks or self.config.tasks
+        policy = (tasks or self.config.tasks).for_request(request)
         expires_ms = int(request.expires_in_seconds * 1000) if request.expires_in_seconds else 0
         result = self._scripts["CREATE"](
             keys=[self.keys.handoff(handoff_id)],
@@ -190,7 +216,7 @@ class HandoffStore:
             )
         return Created(handoff=handoff, created=created)
 
-    def _pending_indexes(self, request: HandoffRequest) -> list[str]:
+    def _pending_indexes(self, request: HandoffRequest | Handoff) -> list[str]:
         keys = [
             self.keys.pending,
             self.keys.pending_by_run(request.run_id),
@@ -387,6 +413,66 @@ class HandoffStore:
             earlier.get("decided_by"),
             _ms_to_datetime(_text(result[3])),
         )
+
+    def expire_now(self, handoff_id: str, *, expired_by: str, via: str = "admin") -> Handoff:
+        """Expire a pending handoff at once (an admin's call); its run resumes with
+        ``expired``, exactly as when its deadline passes."""
+        decision = ResumeData(
+            decision_id=uuid.uuid4().hex,
+            outcome=Status.EXPIRED,
+            decided_by=expired_by,
+            via=via,
+        )
+        return self._close(
+            handoff_id, decision, event="expired", resume=True, fitting_types=list(RequestType)
+        )
+
+    def reassign(
+        self,
+        handoff_id: str,
+        *,
+        by: str,
+        channel: str | None = None,
+        reviewers: list[str] | None = None,
+    ) -> Handoff:
+        """Route a pending handoff elsewhere: a new channel and/or new reviewers.
+
+        A worker re-posts it to the new place and points the old message there; the
+        decision still happens at most once, whichever message is used.
+        """
+        if channel is None and reviewers is None:
+            raise InvalidDecision("reassign needs a channel or reviewers")
+        current = self.get(handoff_id)
+        moved = current.model_copy(
+            update={
+                "channel": channel or current.channel,
+                "reviewers": reviewers if reviewers is not None else current.reviewers,
+            }
+        )
+        result = self._scripts["REASSIGN"](
+            keys=[self.keys.handoff(handoff_id)],
+            args=[
+                self.keys.prefix,
+                handoff_id,
+                by,
+                channel or "",
+                json.dumps(reviewers) if reviewers is not None else "",
+                json.dumps(self._pending_indexes(moved)),
+            ],
+        )
+        verdict = _text(result[0])
+        if verdict == "missing":
+            raise HandoffNotFound(handoff_id)
+        if verdict == "already":
+            earlier = json.loads(_text(result[2])) if result[2] else {}
+            raise AlreadyDecided(
+                handoff_id,
+                _text(result[1]),
+                earlier.get("decided_by"),
+                _ms_to_datetime(_text(result[3])),
+            )
+        logger.info("handoff reassigned", extra={"handoff_id": handoff_id, "actor": by})
+        return _handoff_from_flat(handoff_id, result[1])
 
     def claim(self, handoff_id: str, *, claimed_by: str, take_over: bool = False) -> Handoff:
         """Take ownership of a pending escalation before resolving it."""

@@ -20,7 +20,15 @@ local EVENTS = {
             failed = 'resume_failed', retry_requested = 'resume_retry_requested'},
   notify = {started = 'update_started', ok = 'message_updated', retry = 'update_attempt_failed',
             failed = 'update_failed', retry_requested = 'update_retry_requested'},
+  remind = {started = 'reminder_started', ok = 'reminded', retry = 'reminder_attempt_failed',
+            failed = 'reminder_failed', retry_requested = 'reminder_retry_requested'},
+  escalate = {started = 'escalation_started', ok = 'escalated',
+              retry = 'escalation_attempt_failed', failed = 'escalation_failed',
+              retry_requested = 'escalation_retry_requested'},
 }
+
+-- Timers that only make sense while a handoff is pending.
+local PENDING_ONLY = {'remind', 'escalate'}
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -63,6 +71,12 @@ local function close_pending(id, hkey, status, decision, actor, event, at, reten
     redis.call('ZREM', key, id)
   end
   redis.call('ZREM', P .. 'deadlines', id)
+  for _, k in ipairs(PENDING_ONLY) do
+    redis.call('ZREM', P .. 'outbox', k .. ':' .. id)
+    if redis.call('HGET', hkey, k .. '_state') ~= 'running' then
+      redis.call('HSET', hkey, k .. '_state', 'none')
+    end
+  end
   if resume and redis.call('HGET', hkey, 'has_resume') == '1' then
     queue_task(hkey, id, 'resume', at)
   end
@@ -98,6 +112,12 @@ redis.call('HSET', hkey, 'request', ARGV[3], 'status', 'pending', 'request_type'
   'deliver_limit', t.deliver_max, 'deliver_timeout_ms', t.deliver_timeout_ms,
   'notify_state', 'none', 'notify_attempt', 0, 'notify_max', t.deliver_max,
   'notify_limit', 0, 'notify_timeout_ms', t.deliver_timeout_ms,
+  'remind_state', 'none', 'remind_attempt', 0, 'remind_max', t.deliver_max,
+  'remind_limit', 0, 'remind_timeout_ms', t.deliver_timeout_ms,
+  'remind_every_ms', t.remind_after_ms, 'remind_repeats', t.max_reminders, 'remind_done', 0,
+  'escalate_state', 'none', 'escalate_attempt', 0, 'escalate_max', t.deliver_max,
+  'escalate_limit', 0, 'escalate_timeout_ms', t.deliver_timeout_ms,
+  'escalate_every_ms', 0, 'escalate_to', t.escalate_to,
   'backoff_ms', t.backoff_ms, 'backoff_max_ms', t.backoff_max_ms,
   'lease_grace_ms', t.lease_grace_ms)
 if idem ~= '' then redis.call('SET', P .. 'idem:' .. idem, id) end
@@ -105,6 +125,12 @@ for _, key in ipairs(cjson.decode(ARGV[6])) do redis.call('ZADD', key, 0, id) en
 if expires_at > 0 then redis.call('ZADD', P .. 'deadlines', expires_at, id) end
 redis.call('ZADD', P .. 'outbox', now, 'deliver:' .. id)
 wake()
+if t.remind_after_ms > 0 and t.max_reminders > 0 then
+  queue_task(hkey, id, 'remind', now + t.remind_after_ms)
+end
+if t.escalate_after_ms > 0 and t.escalate_to ~= '' then
+  queue_task(hkey, id, 'escalate', now + t.escalate_after_ms)
+end
 audit(id, 'created', ARGV[10], now, cjson.decode(ARGV[11]))
 return {1, id, redis.call('HGETALL', hkey)}
 """
@@ -169,6 +195,11 @@ local state = f[1]
 if state == 'completed' or state == 'failed' or state == 'none' then return {state} end
 local now = now_ms()
 local member = k .. ':' .. id
+if (k == 'remind' or k == 'escalate') and redis.call('HGET', hkey, 'status') ~= 'pending' then
+  redis.call('HSET', hkey, k .. '_state', 'none')
+  redis.call('ZREM', P .. 'outbox', member)
+  return {'none'}
+end
 if state == 'running' and tonumber(f[4] or 0) > now then
   if f[7] == token then return {'run', tonumber(f[2]), redis.call('HGETALL', hkey)} end
   return {'busy'}
@@ -207,12 +238,34 @@ local member = k .. ':' .. id
 local attempt = tonumber(ARGV[4])
 if ARGV[5] == '1' then
   redis.call('HSET', hkey, k .. '_state', 'completed', k .. '_done_at', now, k .. '_lease', 0)
-  for field, value in pairs(cjson.decode(ARGV[7])) do redis.call('HSET', hkey, field, value) end
+  for field, value in pairs(cjson.decode(ARGV[7])) do
+    if field == 'message_refs' then
+      -- Merge, so that two tasks adding different references never drop each other's.
+      local merged = cjson.decode(redis.call('HGET', hkey, 'message_refs') or '{}')
+      for rk, rv in pairs(cjson.decode(value)) do merged[rk] = rv end
+      value = cjson.encode(merged)
+    end
+    redis.call('HSET', hkey, field, value)
+  end
   redis.call('HINCRBY', hkey, 'version', 1)
   redis.call('ZREM', P .. 'outbox', member)
   audit(id, EVENTS[k].ok, 'worker', now, {attempt = attempt})
   if redis.call('HGET', hkey, k .. '_dirty') == '1' then
     queue_task(hkey, id, k, now)
+  end
+  if k == 'remind' then
+    local done = redis.call('HINCRBY', hkey, 'remind_done', 1)
+    local every = tonumber(redis.call('HGET', hkey, 'remind_every_ms') or 0)
+    local repeats = tonumber(redis.call('HGET', hkey, 'remind_repeats') or 0)
+    if done < repeats and every > 0 and redis.call('HGET', hkey, 'status') == 'pending' then
+      queue_task(hkey, id, k, now + every)
+    end
+  elseif k == 'escalate' then
+    redis.call('HSET', hkey, 'escalated_at', now)
+    if redis.call('HGET', hkey, 'status') ~= 'pending' then
+      -- Decided while the copy was being posted: show the outcome on the copy too.
+      queue_task(hkey, id, 'notify', now)
+    end
   end
   return {'completed'}
 end
@@ -341,5 +394,31 @@ RECORD_AUDIT = (
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'missing'} end
 audit(ARGV[2], ARGV[3], ARGV[4], now_ms(), cjson.decode(ARGV[5]))
 return {'ok'}
+"""
+)
+
+# KEYS[1] handoff hash.
+# ARGV: prefix, id, actor, channel override or '', reviewers override json or '',
+#       new index keys json.
+REASSIGN = (
+    PRELUDE
+    + """
+local id, hkey = ARGV[2], KEYS[1]
+if redis.call('EXISTS', hkey) == 0 then return {'missing'} end
+local h = redis.call('HMGET', hkey, 'status', 'decision', 'decided_at')
+if h[1] ~= 'pending' then return {'already', h[1], h[2] or '', h[3] or ''} end
+local now = now_ms()
+for _, key in ipairs(cjson.decode(redis.call('HGET', hkey, 'indexes') or '[]')) do
+  redis.call('ZREM', key, id)
+end
+for _, key in ipairs(cjson.decode(ARGV[6])) do redis.call('ZADD', key, 0, id) end
+redis.call('HSET', hkey, 'indexes', ARGV[6])
+if ARGV[4] ~= '' then redis.call('HSET', hkey, 'channel_override', ARGV[4]) end
+if ARGV[5] ~= '' then redis.call('HSET', hkey, 'reviewers_override', ARGV[5]) end
+redis.call('HINCRBY', hkey, 'version', 1)
+-- A fresh delivery posts to the new place and points the old message there.
+queue_task(hkey, id, 'deliver', now)
+audit(id, 'reassigned', ARGV[3], now, {channel = ARGV[4], reviewers = ARGV[5]})
+return {'ok', redis.call('HGETALL', hkey)}
 """
 )

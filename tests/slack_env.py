@@ -84,8 +84,19 @@ class SlackEnv:
             "8",
         )
         for _ in range(workers):
-            self._spawn("worker", "--name", f"e2e-{time.monotonic_ns()}")
+            self.start_worker()
         self._wait_healthy()
+
+    def start_worker(self) -> subprocess.Popen[bytes]:
+        """Start one more `handoff worker` process."""
+        self._spawn("worker", "--name", f"e2e-{time.monotonic_ns()}")
+        return self.processes[-1]
+
+    def kill(self, process: subprocess.Popen[bytes]) -> None:
+        """SIGKILL a process and everything it started."""
+        with suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
 
     def _spawn(self, *args: str) -> None:
         log = open(self.log_dir / f"{args[0]}-{len(self.processes)}.log", "wb")  # noqa: SIM115

@@ -51,6 +51,14 @@ class RequestOptions(TypedDict, total=False):
     """Name of the agent, shown to reviewers."""
     metadata: dict[str, Any]
     """Free-form data kept with the handoff and handed back on resume."""
+    remind_after: timedelta | float | None
+    """Remind the reviewers after this long, and again each time as long (default: off)."""
+    max_reminders: int | None
+    """Most reminders to send."""
+    escalate_after: timedelta | float | None
+    """Post the handoff to ``escalate_to`` too if still pending after this long."""
+    escalate_to: str | None
+    """Escalation channel id, or user group id whose members may then decide."""
 
 
 class Handoffs:
@@ -240,6 +248,10 @@ class Handoffs:
                     "resume_target": resume,
                     "idempotency_key": options.get("idempotency_key"),
                     "expires_in_seconds": expires_in,
+                    "remind_after_seconds": _seconds(options.get("remind_after")),
+                    "max_reminders": options.get("max_reminders"),
+                    "escalate_after_seconds": _seconds(options.get("escalate_after")),
+                    "escalate_to": options.get("escalate_to"),
                     "metadata": options.get("metadata") or {},
                 }
             )
@@ -346,6 +358,12 @@ class Handoffs:
     def retry_resume(self, handoff_id: str, *, by: str = "api") -> Handoff:
         """Give a resume that failed after all its attempts another round of attempts."""
         return self.store.retry_task(handoff_id, TaskKind.RESUME, requested_by=by)
+
+
+def _seconds(value: timedelta | float | None) -> float | None:
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    return value
 
 
 def _describe(exc: ValidationError) -> str:

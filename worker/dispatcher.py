@@ -27,6 +27,8 @@ JOB_FUNCTIONS: dict[TaskKind, str] = {
     TaskKind.DELIVER: "worker.jobs.run_delivery",
     TaskKind.RESUME: "worker.jobs.run_resume",
     TaskKind.NOTIFY: "worker.jobs.run_notify",
+    TaskKind.REMIND: "worker.jobs.run_remind",
+    TaskKind.ESCALATE: "worker.jobs.run_escalate",
 }
 
 # Keep finished RQ jobs briefly: the store, not RQ, is the record of what happened.

@@ -65,6 +65,28 @@ def run_notify(namespace: str, handoff_id: str) -> str:
     return _run_task(namespace, handoff_id, TaskKind.NOTIFY, notify)
 
 
+def run_remind(namespace: str, handoff_id: str) -> str:
+    """RQ job: remind the reviewers of a handoff that is still pending."""
+
+    def remind(store: HandoffStore, handoff: Handoff, attempt: int) -> dict[str, Any] | None:
+        _notifier.remind(handoff)
+        return None
+
+    return _run_task(namespace, handoff_id, TaskKind.REMIND, remind)
+
+
+def run_escalate(namespace: str, handoff_id: str) -> str:
+    """RQ job: show a still-pending handoff to its escalation channel or group too."""
+
+    def escalate(store: HandoffStore, handoff: Handoff, attempt: int) -> dict[str, Any] | None:
+        refs = _notifier.escalate(handoff)
+        for copy in (refs or {}).get("copies", []):
+            store.link_message(handoff.id, str(copy["channel"]), str(copy["ts"]))
+        return refs
+
+    return _run_task(namespace, handoff_id, TaskKind.ESCALATE, escalate)
+
+
 def _run_task(
     namespace: str,
     handoff_id: str,

@@ -32,6 +32,15 @@ class Notifier(Protocol):
         to store (replacing the old ones), or None to keep them."""
         ...
 
+    def remind(self, handoff: Handoff) -> None:
+        """Nudge the reviewers of a handoff that is still pending."""
+        ...
+
+    def escalate(self, handoff: Handoff) -> dict[str, Any] | None:
+        """Show a still-pending handoff to ``handoff.escalate_to`` as well; returns the new
+        message references (kept on the handoff), or None to keep the old ones."""
+        ...
+
 
 class LoggingNotifier:
     """Writes each handoff to the log; the default when no Slack workspace is configured."""
@@ -51,4 +60,13 @@ class LoggingNotifier:
         """Log the handoff's new state."""
         decided_by = handoff.resume_data.decided_by if handoff.resume_data else "-"
         logger.warning("handoff %s is %s (by %s)", handoff.id, handoff.status.value, decided_by)
+        return None
+
+    def remind(self, handoff: Handoff) -> None:
+        """Log a reminder."""
+        logger.warning("reminder: handoff %s is still pending", handoff.id)
+
+    def escalate(self, handoff: Handoff) -> dict[str, Any] | None:
+        """Log the escalation."""
+        logger.warning("handoff %s escalated to %s", handoff.id, handoff.escalate_to)
         return None
