@@ -58,7 +58,7 @@ def parse_edited_args(handoff: Handoff, state_values: dict[str, Any]) -> ParsedE
         raw = input_value(state_values, block_id)
         expected = properties.get(name, {}).get("type") or json_type(original)
         try:
-            parsed.args[name] = _coerce(raw, expected)
+            parsed.args[name] = _coerce(raw, expected, original)
         except ValueError as exc:
             parsed.errors[block_id] = str(exc)
     if action.args_schema and not parsed.errors:
@@ -90,8 +90,14 @@ def parse_corrected_draft(state_values: dict[str, Any]) -> str:
     return "".join(state_values[block_id][VALUE].get("value") or "" for _, block_id in parts)
 
 
-def _coerce(raw: str | None, expected: Any) -> Any:
-    types = expected if isinstance(expected, list) else [expected]
+def _coerce(raw: str | None, expected: Any, original: Any) -> Any:
+    types = list(expected) if isinstance(expected, list) else [expected]
+    # With a union type, read the input as the original value's type first, so that a
+    # field left as it was keeps its type ("42" stays a string, null stays null).
+    original_type = json_type(original)
+    if original_type in types:
+        types.remove(original_type)
+        types.insert(0, original_type)
     if raw is None:
         if "null" in types:
             return None

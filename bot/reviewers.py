@@ -9,7 +9,7 @@ from collections.abc import Iterable
 
 from redis import Redis
 from slack_sdk import WebClient
-from slack_sdk.errors import SlackApiError
+from slack_sdk.errors import SlackApiError, SlackClientError
 
 from store.keys import KeySpace
 from store.models import Handoff
@@ -76,6 +76,10 @@ class ReviewerPolicy:
             members = list(response.get("users") or [])
         except SlackApiError as exc:
             logger.warning("cannot list user group %s: %s", group_id, exc.response.get("error"))
+            return frozenset()
+        except (SlackClientError, OSError) as exc:
+            # Slack unreachable: deny for now (nothing cached), rather than fail the click.
+            logger.warning("cannot list user group %s: %s", group_id, exc)
             return frozenset()
         if self.cache_seconds:
             self.redis.set(key, json.dumps(members), ex=self.cache_seconds)

@@ -446,7 +446,9 @@ def _body_blocks(handoff: Handoff) -> tuple[list[Block], bool]:
         text, cut = _agent_text(payload.question, _MAIN_TEXT_SHOWN)
         blocks: list[Block] = [SectionBlock(text=MarkdownTextObject(text=f"*Question*\n{text}"))]
         if payload.choices:
-            listed = "\n".join(f"• {_agent_text(c, 150)[0]}" for c in payload.choices[:10])
+            shown_choices = [_agent_text(c, 150) for c in payload.choices[:10]]
+            cut |= len(payload.choices) > 10 or any(c_cut for _, c_cut in shown_choices)
+            listed = "\n".join(f"• {text}" for text, _ in shown_choices)
             more = f"\n…and {len(payload.choices) - 10} more" if len(payload.choices) > 10 else ""
             blocks.append(SectionBlock(text=MarkdownTextObject(text=f"*Choices*\n{listed}{more}")))
         return blocks, cut

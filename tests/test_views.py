@@ -410,13 +410,15 @@ def action_ids(blocks: list[dict[str, Any]]) -> list[str]:
 
 
 def button(blocks: list[dict[str, Any]], action_id: str) -> dict[str, Any]:
-    return next(
+    found = [
         element
         for block in blocks
         if block["type"] == "actions"
         for element in block["elements"]
         if element["action_id"] == action_id
-    )
+    ]
+    assert found, f"no {action_id} button; the message has {action_ids(blocks)}"
+    return found[0]
 
 
 def blocks_text(blocks: list[dict[str, Any]]) -> str:
@@ -632,8 +634,21 @@ def test_message_fallback_text_cannot_ping(payload: dict[str, Any], fields: dict
         (question("Which? " * 600), ""),
         (correction("Dear customer " * 300), ""),
         (escalation("Details. " * 400), ""),
+        # The message lists ten choices, each cut at 150 characters (75 in the answer modal).
+        (question("Which?", [f"option {i}" for i in range(15)]), ""),
+        (question("Which?", ["short", "a long choice " * 20]), ""),
     ],
-    ids=["long context", "long arg", "many args", "long list arg", "question", "draft", "summary"],
+    ids=[
+        "long context",
+        "long arg",
+        "many args",
+        "long list arg",
+        "question",
+        "draft",
+        "summary",
+        "many choices",
+        "long choice",
+    ],
 )
 def test_a_shortened_message_offers_view_full(payload: dict[str, Any], context: str) -> None:
     for handoff in (
@@ -981,3 +996,8 @@ def test_the_answer_modal_offers_at_most_100_choices_by_index() -> None:
 
     assert [option["value"] for option in select["options"]] == [str(i) for i in range(100)]
     assert select["options"][3]["text"]["text"].startswith("choice 3 ")
+
+
+@pytest.mark.parametrize("metadata", [None, "", "not json", "[]", '{"other": 1}'])
+def test_a_view_not_opened_for_a_handoff_has_no_handoff_id(metadata: str | None) -> None:
+    assert handoff_id_from_view({"private_metadata": metadata}) is None
