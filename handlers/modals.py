@@ -14,6 +14,7 @@ from bot import views
 from bot.edits import input_value, parse_answer, parse_corrected_draft, parse_edited_args
 from handlers.decisions import Refusal, decide_as, load_for
 from handlers.deps import deps_of
+from store.models import Handoff
 
 VIA_MODAL = "slack_modal"
 
@@ -32,34 +33,14 @@ def submit_reject(
 ) -> None:
     """Reject, with the optional reason."""
     reason = input_value(_values(view), views.REASON_BLOCK)
-    _finish(
-        ack,
-        view,
-        decide_as(
-            deps_of(context),
-            _user(body),
-            views.handoff_id_from_view(view),
-            "rejected",
-            via=VIA_MODAL,
-            channel=views.channel_from_view(view),
-            comment=reason,
-        ),
-    )
+    _decide(ack, body, view, context, "rejected", comment=reason)
 
 
 def submit_edit(
     ack: Ack, body: dict[str, Any], view: dict[str, Any], context: dict[str, Any]
 ) -> None:
     """Approve with edited arguments, after checking their types and schema."""
-    deps = deps_of(context)
-    user = _user(body)
-    loaded = load_for(
-        deps,
-        views.handoff_id_from_view(view),
-        user,
-        via=VIA_MODAL,
-        channel=views.channel_from_view(view),
-    )
+    loaded = _load(body, view, context)
     if isinstance(loaded, Refusal):
         _finish(ack, view, loaded)
         return
@@ -67,34 +48,14 @@ def submit_edit(
     if parsed.errors:
         ack(response_action="errors", errors=parsed.errors)
         return
-    _finish(
-        ack,
-        view,
-        decide_as(
-            deps,
-            user,
-            loaded.id,
-            "approved",
-            via=VIA_MODAL,
-            channel=views.channel_from_view(view),
-            edited_args=parsed.args,
-        ),
-    )
+    _decide(ack, body, view, context, "approved", edited_args=parsed.args)
 
 
 def submit_answer(
     ack: Ack, body: dict[str, Any], view: dict[str, Any], context: dict[str, Any]
 ) -> None:
     """Answer a question with the typed text or the picked choice."""
-    deps = deps_of(context)
-    user = _user(body)
-    loaded = load_for(
-        deps,
-        views.handoff_id_from_view(view),
-        user,
-        via=VIA_MODAL,
-        channel=views.channel_from_view(view),
-    )
+    loaded = _load(body, view, context)
     if isinstance(loaded, Refusal):
         _finish(ack, view, loaded)
         return
@@ -105,19 +66,7 @@ def submit_answer(
             errors={views.ANSWER_BLOCK: "Pick a choice or type an answer."},
         )
         return
-    _finish(
-        ack,
-        view,
-        decide_as(
-            deps,
-            user,
-            loaded.id,
-            "answered",
-            via=VIA_MODAL,
-            channel=views.channel_from_view(view),
-            answer=answer,
-        ),
-    )
+    _decide(ack, body, view, context, "answered", answer=answer)
 
 
 def submit_correction(
@@ -126,23 +75,10 @@ def submit_correction(
     """Send the corrected draft back to the agent."""
     draft = parse_corrected_draft(_values(view))
     if not draft.strip():
-        ack(
-            response_action="errors", errors={f"{views.DRAFT_BLOCK_PREFIX}0": "The draft is empty."}
-        )
+        first_part = f"{views.DRAFT_BLOCK_PREFIX}0"
+        ack(response_action="errors", errors={first_part: "The draft is empty."})
         return
-    _finish(
-        ack,
-        view,
-        decide_as(
-            deps_of(context),
-            _user(body),
-            views.handoff_id_from_view(view),
-            "approved",
-            via=VIA_MODAL,
-            channel=views.channel_from_view(view),
-            corrected_draft=draft,
-        ),
-    )
+    _decide(ack, body, view, context, "approved", corrected_draft=draft)
 
 
 def submit_resolution(
@@ -150,19 +86,37 @@ def submit_resolution(
 ) -> None:
     """Resolve a claimed escalation with notes for the agent."""
     notes = input_value(_values(view), views.RESOLUTION_BLOCK)
-    _finish(
-        ack,
-        view,
-        decide_as(
-            deps_of(context),
-            _user(body),
-            views.handoff_id_from_view(view),
-            "answered",
-            via=VIA_MODAL,
-            channel=views.channel_from_view(view),
-            answer=notes,
-        ),
+    _decide(ack, body, view, context, "answered", answer=notes)
+
+
+def _load(body: dict[str, Any], view: dict[str, Any], context: dict[str, Any]) -> Handoff | Refusal:
+    return load_for(
+        deps_of(context),
+        views.handoff_id_from_view(view),
+        _user(body),
+        via=VIA_MODAL,
+        channel=views.channel_from_view(view),
     )
+
+
+def _decide(
+    ack: Ack,
+    body: dict[str, Any],
+    view: dict[str, Any],
+    context: dict[str, Any],
+    outcome: str,
+    **decision: Any,
+) -> None:
+    result = decide_as(
+        deps_of(context),
+        _user(body),
+        views.handoff_id_from_view(view),
+        outcome,
+        via=VIA_MODAL,
+        channel=views.channel_from_view(view),
+        **decision,
+    )
+    _finish(ack, view, result)
 
 
 def _finish(ack: Ack, view: dict[str, Any], result: object) -> None:

@@ -407,12 +407,7 @@ class HandoffStore:
         if earlier.get("decision_id") == decision.decision_id:
             # redis-py resent our own script after a lost reply: this call did decide.
             return self.get(handoff_id)
-        raise AlreadyDecided(
-            handoff_id,
-            _text(result[1]),
-            earlier.get("decided_by"),
-            _ms_to_datetime(_text(result[3])),
-        )
+        raise _already_decided(handoff_id, result)
 
     def expire_now(self, handoff_id: str, *, expired_by: str, via: str = "admin") -> Handoff:
         """Expire a pending handoff at once (an admin's call); its run resumes with
@@ -464,13 +459,7 @@ class HandoffStore:
         if verdict == "missing":
             raise HandoffNotFound(handoff_id)
         if verdict == "already":
-            earlier = json.loads(_text(result[2])) if result[2] else {}
-            raise AlreadyDecided(
-                handoff_id,
-                _text(result[1]),
-                earlier.get("decided_by"),
-                _ms_to_datetime(_text(result[3])),
-            )
+            raise _already_decided(handoff_id, result)
         logger.info("handoff reassigned", extra={"handoff_id": handoff_id, "actor": by})
         return _handoff_from_flat(handoff_id, result[1])
 
@@ -488,8 +477,7 @@ class HandoffStore:
                 f"handoff {handoff_id} is a {_text(result[1])}; only escalations are claimed"
             )
         if verdict == "already":
-            earlier = json.loads(_text(result[2])) if result[2] else {}
-            raise AlreadyDecided(handoff_id, _text(result[1]), earlier.get("decided_by"), None)
+            raise _already_decided(handoff_id, result)
         if verdict == "claimed":
             raise ClaimedByOther(handoff_id, _text(result[1]))
         return self.get(handoff_id)
@@ -654,6 +642,14 @@ def _parse_outcome(outcome: Status | str) -> Status:
         raise InvalidDecision(
             f"unknown outcome {outcome!r}; use approved, rejected or answered"
         ) from None
+
+
+def _already_decided(handoff_id: str, result: list[Any]) -> AlreadyDecided:
+    """The error for a script's ``{'already', status, decision json, decided_at}`` reply."""
+    earlier = json.loads(_text(result[2])) if result[2] else {}
+    return AlreadyDecided(
+        handoff_id, _text(result[1]), earlier.get("decided_by"), _ms_to_datetime(_text(result[3]))
+    )
 
 
 def _ms_to_datetime(value: str) -> datetime | None:
