@@ -2,9 +2,11 @@
 
 It starts an embedded Redis (unless REDIS_URL is set), the local Slack stand-in, the bot
 (`handoff serve`) and a worker, then runs a demo agent that asks for an approval and an
-answer. You decide in the terminal; your choices travel to the bot exactly as Slack would
-send them (signed clicks, modal submissions, a thread reply), and the resumed run reports
-what it received.
+answer. You decide in the browser workbench the stand-in serves (Slack as a reviewer sees
+it) or in the terminal; either way your choices travel to the bot exactly as Slack would send
+them (signed clicks, modal submissions, a thread reply), and the resumed run reports what it
+received. Run interactively, everything stays up afterwards for more (``--keep-running``);
+``--auto`` decides for you and exits.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import json
 import logging
 import os
 import secrets
+import select
 import signal
 import subprocess
 import sys
@@ -36,6 +39,11 @@ from worker.client import Handoffs
 
 DEV_CHANNEL = "C0DEVAPPROVALS"
 DEV_REVIEWER = StandInUser("U0DEVREVIEWER", "you", real_name="You (reviewer)")
+DEV_ADMIN = StandInUser("U0DEVADMIN", "ada", real_name="Ada", is_admin=True)
+"""A handoff admin (also in HANDOFF_ADMINS): may run `/handoff list`, `cancel`, `stats`..."""
+DEV_TEAMMATE = StandInUser("U0DEVTEAMMATE", "sam", real_name="Sam")
+DEV_USERS = [DEV_REVIEWER, DEV_ADMIN, DEV_TEAMMATE]
+"""The people of the stand-in workspace; the workbench's user switcher offers them."""
 DEV_BOT_TOKEN = "xoxb-dev-standin"
 _WAIT_SECONDS = 60
 
@@ -49,7 +57,12 @@ def run_dev(
     standin_port: int,
     keep_running: bool,
 ) -> int:
-    """Run the demo end to end; returns the exit code."""
+    """Run the demo end to end; returns the exit code.
+
+    Interactive (not ``auto``), the demo waits for each decision from the workbench or the
+    terminal, and everything keeps running afterwards, as with ``keep_running``.
+    """
+    keep_running = keep_running or not auto
     # Keep the terminal for the demo; the services log to files in the data folder.
     logging.getLogger().setLevel(logging.WARNING)
     folder = Path(data_dir)
@@ -64,14 +77,21 @@ def run_dev(
     standin = SlackStandIn(
         signing_secret=signing_secret,
         bot_token=DEV_BOT_TOKEN,
-        users=[DEV_REVIEWER],
+        users=DEV_USERS,
         port=standin_port,
         channels={DEV_CHANNEL: "approvals"},
     )
+    admins = ",".join(sorted(settings.admin_ids | {DEV_ADMIN.id}))
+    standin.workbench.admins = frozenset(admins.split(","))
     standin.start()
     standin.bot_url = f"http://127.0.0.1:{port}/slack/events"
     click.echo(f"Local Slack stand-in at {standin.url}; bot at {standin.bot_url}")
-    env = _child_env(redis_url, standin.api_url, signing_secret)
+    if keep_running:
+        click.secho(
+            f"Workbench (Slack as a reviewer sees it): {standin.url}  - open it in a browser",
+            bold=True,
+        )
+    env = _child_env(redis_url, standin.api_url, signing_secret, admins=admins)
     processes = [
         _spawn(
             ["serve", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"], env, folder
@@ -88,7 +108,10 @@ def run_dev(
         for handoff in demo:
             message = _wait_posted(standin, handoffs, handoff.id)
             click.echo(render_text(message.blocks))
-            _decide(standin, handoffs, handoff, message, auto=auto)
+            if auto:
+                _decide(standin, handoffs, handoff, message, choice=_auto_choice(handoff))
+            else:
+                _decide_interactively(standin, handoffs, handoff, message)
         code = _report_resumes(handoffs.redis, expected=len(demo))
         for handoff in demo:
             click.echo(
@@ -98,7 +121,9 @@ def run_dev(
         if keep_running and code == 0:
             click.echo(
                 f"\nStill running: REDIS_URL={redis_url} (logs in {folder}). "
-                "Create handoffs from your agent with Handoffs.from_url(...). Ctrl-C stops."
+                "Create handoffs from your agent with Handoffs.from_url(...); they appear in "
+                f"the workbench at {standin.url} (switch to {DEV_ADMIN.name} to try "
+                "`/handoff list`). Ctrl-C stops."
             )
             with suppress(KeyboardInterrupt):
                 while True:
@@ -144,20 +169,68 @@ def render_text(blocks: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _decide(
-    standin: SlackStandIn, handoffs: Handoffs, handoff: Handoff, message: Message, *, auto: bool
+def _auto_choice(handoff: Handoff) -> str:
+    """What ``--auto`` decides: approve an approval, pick the first choice of a question."""
+    if handoff.request_type is RequestType.APPROVAL:
+        return "a"
+    return (getattr(handoff.payload, "choices", None) or [""])[0]
+
+
+def _decide_interactively(
+    standin: SlackStandIn, handoffs: Handoffs, handoff: Handoff, message: Message
 ) -> None:
+    """Wait for a decision in the workbench, or take one typed in the terminal."""
+    if handoff.request_type is RequestType.APPROVAL:
+        prompt = "Click a button in the workbench, or type [a]pprove, [r]eject or [e]dit"
+        choices: list[str] | None = ["a", "r", "e"]
+        default = "a"
+    else:
+        prompt = "Reply in the message's thread in the workbench, or type your answer"
+        choices = None
+        default = _auto_choice(handoff)
+    choice = _browser_or_terminal(handoffs, handoff.id, prompt, choices, default)
+    if choice is None:
+        decided = handoffs.get(handoff.id)
+        who = decided.resume_data.decided_by if decided.resume_data else "someone"
+        click.secho(f"-> {decided.status.value} by {who} in the workbench\n", fg="green")
+        return
+    _decide(standin, handoffs, handoff, message, choice=choice)
+
+
+def _browser_or_terminal(
+    handoffs: Handoffs, handoff_id: str, prompt: str, choices: list[str] | None, default: str
+) -> str | None:
+    """A line typed in the terminal, or None as soon as the handoff is decided elsewhere.
+
+    ``click.prompt`` would block on the terminal while a click in the browser decides the
+    handoff, so this watches both: stdin (a tty here: ``--auto`` is forced otherwise) and the
+    handoff's state.
+    """
+    click.echo(f"{prompt} [{default}]: ", nl=False)
+    while True:
+        if not handoffs.get(handoff_id).is_pending:
+            click.echo()
+            return None
+        readable, _, _ = select.select([sys.stdin], [], [], 0.2)
+        if not readable:
+            continue
+        line = sys.stdin.readline()
+        if not line:  # end of input: nobody is typing, so only the workbench can decide
+            while handoffs.get(handoff_id).is_pending:
+                time.sleep(0.2)
+            return None
+        typed = line.strip() or default
+        if choices is None or typed in choices:
+            return typed
+        click.echo(f"Type one of {', '.join(choices)} [{default}]: ", nl=False)
+
+
+def _decide(
+    standin: SlackStandIn, handoffs: Handoffs, handoff: Handoff, message: Message, *, choice: str
+) -> None:
+    """Act as the dev reviewer: ``choice`` is a/r/e for an approval, the answer otherwise."""
     user = DEV_REVIEWER.id
     if handoff.request_type is RequestType.APPROVAL:
-        choice = (
-            "a"
-            if auto
-            else click.prompt(
-                "Click [a]pprove, [r]eject or [e]dit",
-                type=click.Choice(["a", "r", "e"]),
-                default="a",
-            )
-        )
         if choice == "a":
             standin.click(user, message, views.APPROVE)
         elif choice == "r":
@@ -167,13 +240,7 @@ def _decide(
         else:
             _edit(standin, handoff, message)
     else:
-        choices = getattr(handoff.payload, "choices", None) or [""]
-        answer = (
-            choices[0]
-            if auto
-            else click.prompt("Reply in the message's thread", default=choices[0])
-        )
-        standin.post_message(user, message.channel, answer, thread_ts=message.ts)
+        standin.post_message(user, message.channel, choice, thread_ts=message.ts)
     decided = handoffs.get(handoff.id)
     click.secho(f"-> {decided.status.value}\n", fg="green" if not decided.is_pending else "red")
 
@@ -202,7 +269,7 @@ def _modal(standin: SlackStandIn) -> View:
     return open_views[-1]
 
 
-def _child_env(redis_url: str, api_url: str, signing_secret: str) -> dict[str, str]:
+def _child_env(redis_url: str, api_url: str, signing_secret: str, *, admins: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLACK_")}
     env.update(
         {
@@ -212,6 +279,7 @@ def _child_env(redis_url: str, api_url: str, signing_secret: str) -> dict[str, s
             "SLACK_API_URL": api_url,
             "HANDOFF_CHANNEL": DEV_CHANNEL,
             "HANDOFF_BLOCK_SELF_APPROVAL": "false",
+            "HANDOFF_ADMINS": admins,
         }
     )
     return env

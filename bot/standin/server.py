@@ -50,6 +50,7 @@ from bot.standin.records import (
     StandInUser,
     View,
 )
+from bot.standin.workbench import Workbench
 from bot.standin.workspace import (
     TRIGGER_TTL_SECONDS,
     ApiError,
@@ -144,6 +145,8 @@ class SlackStandIn:
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
+        self.workbench = Workbench(self, self._ws, stopping=self._stopping)
+        """The browser page served at ``url`` (see ``bot.standin.workbench``)."""
 
     # Lifecycle
 
@@ -343,6 +346,8 @@ class SlackStandIn:
             self._serve_api(handler, parts.path[len("/api/") :], parts.query, body)
         elif parts.path.startswith("/response/"):
             self._serve_response_url(handler, parts.path[len("/response/") :], body)
+        elif page := self.workbench.respond(handler.command, parts.path, parts.query, body):
+            _answer(handler, page.status, page.body, page.content_type, page.headers)
         else:
             _answer(handler, 404, b"not found", "text/plain")
 

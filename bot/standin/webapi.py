@@ -194,6 +194,19 @@ def usergroups_users_list(ws: Workspace, params: dict[str, Any]) -> dict[str, An
     return {"users": list(ws.usergroups[group])}
 
 
+def usergroups_list(ws: Workspace, params: dict[str, Any]) -> dict[str, Any]:
+    """usergroups.list: every configured user group, with members when ``include_users``."""
+    with_users = str(params.get("include_users", "")).lower() in ("1", "true")
+    groups = []
+    for group, members in ws.usergroups.items():
+        shaped: dict[str, Any] = {"id": group, "team_id": ws.team_id, "handle": group.lower()}
+        if with_users:
+            shaped["users"] = list(members)
+            shaped["user_count"] = len(members)
+        groups.append(shaped)
+    return {"usergroups": groups}
+
+
 # conversations
 
 
@@ -591,6 +604,7 @@ METHODS: dict[str, Method] = {
     "conversations.info": conversations_info,
     "conversations.open": conversations_open,
     "conversations.replies": conversations_replies,
+    "usergroups.list": usergroups_list,
     "usergroups.users.list": usergroups_users_list,
     "users.info": users_info,
     "views.open": views_open,
