@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
 
 
 class RequestType(StrEnum):
@@ -206,31 +206,40 @@ class Handoff(BaseModel):
 
     @classmethod
     def from_redis_hash(cls, handoff_id: str, fields: dict[str, str]) -> Handoff:
-        """Build a handoff from the decoded fields of its Redis hash."""
+        """Build a handoff from the decoded fields of its Redis hash.
+
+        The hash is written only by our scripts, from models validated on the way in, so
+        this constructs without validating again (it runs on every read and decision);
+        only the payload union is parsed into its model.
+        """
         request = json.loads(fields["request"])
-        for timer in (
-            "expires_in_seconds",
-            "remind_after_seconds",
-            "max_reminders",
-            "escalate_after_seconds",
-            "escalate_to",
-        ):
-            request.pop(timer, None)
         # Reassignment changes the routing; the request itself is never rewritten.
-        if fields.get("channel_override"):
-            request["channel"] = fields["channel_override"]
+        channel = fields.get("channel_override") or request.get("channel")
+        reviewers = request.get("reviewers") or []
         if fields.get("reviewers_override"):
-            request["reviewers"] = json.loads(fields["reviewers_override"])
+            reviewers = json.loads(fields["reviewers_override"])
         decision = None
         if fields.get("decision"):
-            decision = ResumeData.model_validate(
-                {**json.loads(fields["decision"]), "decided_at": _ms(fields.get("decided_at"))}
-            )
-        return cls(
+            raw = json.loads(fields["decision"])
+            raw["outcome"] = Status(raw["outcome"])
+            raw["decided_at"] = _ms(fields.get("decided_at"))
+            decision = ResumeData.model_construct(**raw)
+        return cls.model_construct(
             id=handoff_id,
-            **request,
+            run_id=request["run_id"],
+            thread_id=request["thread_id"],
+            request_type=RequestType(request["request_type"]),
+            context=request.get("context", ""),
+            payload=_PAYLOAD_ADAPTER.validate_python(request["payload"]),
             status=Status(fields["status"]),
             resume_data=decision,
+            channel=channel,
+            reviewers=reviewers,
+            requester=request.get("requester"),
+            agent_name=request.get("agent_name"),
+            resume_target=request.get("resume_target"),
+            idempotency_key=request.get("idempotency_key"),
+            metadata=request.get("metadata") or {},
             created_at=datetime.fromtimestamp(int(fields["created_at"]) / 1000, tz=UTC),
             decided_at=_ms(fields.get("decided_at")),
             expires_at=_ms(fields.get("expires_at")),
@@ -240,11 +249,14 @@ class Handoff(BaseModel):
             resume=_task(fields, TaskKind.RESUME),
             notify=_task(fields, TaskKind.NOTIFY),
             message_refs=json.loads(fields.get("message_refs") or "{}"),
-            escalate_to=fields.get("escalate_to") or None,
+            escalate_to=json.loads(fields.get("policy") or "{}").get("escalate_to") or None,
             escalated_at=_ms(fields.get("escalated_at")),
             reminders_sent=int(fields.get("remind_done", 0)),
             version=int(fields.get("version", 0)),
         )
+
+
+_PAYLOAD_ADAPTER: TypeAdapter[Any] = TypeAdapter(Payload)
 
 
 class AuditEvent(BaseModel):
@@ -286,7 +298,7 @@ def _ms(value: str | int | None) -> datetime | None:
 
 def _task(fields: dict[str, str], kind: TaskKind) -> TaskProgress:
     prefix = kind.value
-    return TaskProgress(
+    return TaskProgress.model_construct(
         state=TaskState(fields.get(f"{prefix}_state", TaskState.NONE.value)),
         attempt=int(fields.get(f"{prefix}_attempt", 0)),
         max_attempts=int(fields.get(f"{prefix}_limit", 0)),

@@ -183,6 +183,7 @@ class HandoffStore:
             raise PayloadTooLarge(size, self.config.max_payload_bytes)
         policy = (tasks or self.config.tasks).for_request(request)
         expires_ms = int(request.expires_in_seconds * 1000) if request.expires_in_seconds else 0
+        policy_json = policy.as_script_arg()
         result = self._scripts["CREATE"](
             keys=[self.keys.handoff(handoff_id)],
             args=[
@@ -194,13 +195,29 @@ class HandoffStore:
                 json.dumps(self._pending_indexes(request)),
                 "1" if request.resume_target else "0",
                 request.request_type.value,
-                policy.as_script_arg(),
+                policy_json,
                 actor,
                 json.dumps({"run_id": request.run_id, "request_type": request.request_type}),
             ],
         )
         created, stored_id = bool(int(result[0])), _text(result[1])
-        handoff = _handoff_from_flat(stored_id, result[2]) if created else self.get(stored_id)
+        if created:
+            # The script returns only what the server decided (times); the rest is ours.
+            handoff = Handoff.from_redis_hash(
+                stored_id,
+                {
+                    "request": request_json,
+                    "status": Status.PENDING.value,
+                    "created_at": str(result[2]),
+                    "expires_at": str(result[3]),
+                    "policy": policy_json,
+                    "deliver_state": "queued",
+                    "deliver_limit": str(policy.delivery_max_attempts),
+                    "version": "1",
+                },
+            )
+        else:
+            handoff = self.get(stored_id)
         if created:
             logger.info(
                 "handoff created",

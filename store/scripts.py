@@ -30,6 +30,30 @@ local EVENTS = {
 -- Timers that only make sense while a handoff is pending.
 local PENDING_ONLY = {'remind', 'escalate'}
 
+-- A handoff's task policy (attempts, timeouts, backoff, timers) is one JSON field written
+-- at creation; decoded at most once per handoff per script run.
+local POLICIES = {}
+local function policy(hkey)
+  local t = POLICIES[hkey]
+  if not t then
+    t = cjson.decode(redis.call('HGET', hkey, 'policy') or '{}')
+    POLICIES[hkey] = t
+  end
+  return t
+end
+
+local function max_attempts(hkey, k)
+  local t = policy(hkey)
+  if k == 'resume' then return tonumber(t.resume_max) end
+  return tonumber(t.deliver_max)
+end
+
+local function timeout_ms(hkey, k)
+  local t = policy(hkey)
+  if k == 'resume' then return tonumber(t.resume_timeout_ms) end
+  return tonumber(t.deliver_timeout_ms)
+end
+
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -51,13 +75,13 @@ end
 -- is only marked dirty: it is queued again when the running attempt finishes, so two
 -- attempts never overlap and the last one always sees the latest state.
 local function queue_task(hkey, id, k, at)
-  local f = redis.call('HMGET', hkey, k .. '_state', k .. '_attempt', k .. '_max')
+  local f = redis.call('HMGET', hkey, k .. '_state', k .. '_attempt')
   if f[1] == 'running' then
     redis.call('HSET', hkey, k .. '_dirty', '1')
     return
   end
   redis.call('HSET', hkey, k .. '_state', 'queued',
-             k .. '_limit', tonumber(f[2] or 0) + tonumber(f[3] or 0))
+             k .. '_limit', tonumber(f[2] or 0) + max_attempts(hkey, k))
   redis.call('ZADD', P .. 'outbox', at, k .. ':' .. id)
   wake()
 end
@@ -103,23 +127,12 @@ local now = now_ms()
 local expires_at = 0
 if tonumber(ARGV[5]) > 0 then expires_at = now + tonumber(ARGV[5]) end
 local t = cjson.decode(ARGV[9])
+-- Task fields not written here read as state 'none' and attempt 0.
 redis.call('HSET', hkey, 'request', ARGV[3], 'status', 'pending', 'request_type', ARGV[8],
   'created_at', now, 'expires_at', expires_at, 'indexes', ARGV[6], 'idem_key', idem,
-  'version', 1, 'has_resume', ARGV[7],
-  'resume_state', 'none', 'resume_attempt', 0, 'resume_max', t.resume_max,
-  'resume_limit', t.resume_max, 'resume_timeout_ms', t.resume_timeout_ms,
-  'deliver_state', 'queued', 'deliver_attempt', 0, 'deliver_max', t.deliver_max,
-  'deliver_limit', t.deliver_max, 'deliver_timeout_ms', t.deliver_timeout_ms,
-  'notify_state', 'none', 'notify_attempt', 0, 'notify_max', t.deliver_max,
-  'notify_limit', 0, 'notify_timeout_ms', t.deliver_timeout_ms,
-  'remind_state', 'none', 'remind_attempt', 0, 'remind_max', t.deliver_max,
-  'remind_limit', 0, 'remind_timeout_ms', t.deliver_timeout_ms,
-  'remind_every_ms', t.remind_after_ms, 'remind_repeats', t.max_reminders, 'remind_done', 0,
-  'escalate_state', 'none', 'escalate_attempt', 0, 'escalate_max', t.deliver_max,
-  'escalate_limit', 0, 'escalate_timeout_ms', t.deliver_timeout_ms,
-  'escalate_every_ms', 0, 'escalate_to', t.escalate_to,
-  'backoff_ms', t.backoff_ms, 'backoff_max_ms', t.backoff_max_ms,
-  'lease_grace_ms', t.lease_grace_ms)
+  'version', 1, 'has_resume', ARGV[7], 'policy', ARGV[9],
+  'deliver_state', 'queued', 'deliver_limit', t.deliver_max)
+POLICIES[hkey] = t
 if idem ~= '' then redis.call('SET', P .. 'idem:' .. idem, id) end
 for _, key in ipairs(cjson.decode(ARGV[6])) do redis.call('ZADD', key, 0, id) end
 if expires_at > 0 then redis.call('ZADD', P .. 'deadlines', expires_at, id) end
@@ -132,7 +145,7 @@ if t.escalate_after_ms > 0 and t.escalate_to ~= '' then
   queue_task(hkey, id, 'escalate', now + t.escalate_after_ms)
 end
 audit(id, 'created', ARGV[10], now, cjson.decode(ARGV[11]))
-return {1, id, redis.call('HGETALL', hkey)}
+return {1, id, now, expires_at}
 """
 )
 
@@ -190,8 +203,8 @@ BEGIN_TASK = (
 local id, hkey, k, token = ARGV[2], KEYS[1], ARGV[3], ARGV[4]
 if redis.call('EXISTS', hkey) == 0 then return {'missing'} end
 local f = redis.call('HMGET', hkey, k .. '_state', k .. '_attempt', k .. '_limit',
-                     k .. '_lease', k .. '_timeout_ms', 'lease_grace_ms', k .. '_token')
-local state = f[1]
+                     k .. '_lease', k .. '_token')
+local state = f[1] or 'none'
 if state == 'completed' or state == 'failed' or state == 'none' then return {state} end
 local now = now_ms()
 local member = k .. ':' .. id
@@ -201,19 +214,20 @@ if (k == 'remind' or k == 'escalate') and redis.call('HGET', hkey, 'status') ~= 
   return {'none'}
 end
 if state == 'running' and tonumber(f[4] or 0) > now then
-  if f[7] == token then return {'run', tonumber(f[2]), redis.call('HGETALL', hkey)} end
+  if f[5] == token then return {'run', tonumber(f[2]), redis.call('HGETALL', hkey)} end
   return {'busy'}
 end
-local attempt = tonumber(f[2]) + 1
-if attempt > tonumber(f[3]) then
-  local reason = 'attempt ' .. f[2] .. ' never finished (worker lost?) and no attempts remain'
+local attempt = tonumber(f[2] or 0) + 1
+if attempt > tonumber(f[3] or 0) then
+  local reason = 'attempt ' .. (f[2] or 0)
+    .. ' never finished (worker lost?) and no attempts remain'
   redis.call('HSET', hkey, k .. '_state', 'failed', k .. '_error', reason, k .. '_lease', 0)
   redis.call('ZREM', P .. 'outbox', member)
   redis.call('ZADD', P .. 'failed', now, member)
-  audit(id, EVENTS[k].failed, 'worker', now, {attempt = tonumber(f[2]), error = reason})
+  audit(id, EVENTS[k].failed, 'worker', now, {attempt = tonumber(f[2] or 0), error = reason})
   return {'failed'}
 end
-local lease = now + tonumber(f[5]) + tonumber(f[6])
+local lease = now + timeout_ms(hkey, k) + tonumber(policy(hkey).lease_grace_ms)
 redis.call('HSET', hkey, k .. '_state', 'running', k .. '_attempt', attempt, k .. '_lease', lease,
            k .. '_token', token, k .. '_dirty', '0')
 redis.call('HINCRBY', hkey, 'version', 1)
@@ -230,8 +244,7 @@ FINISH_TASK = (
     PRELUDE
     + """
 local id, hkey, k = ARGV[2], KEYS[1], ARGV[3]
-local f = redis.call('HMGET', hkey, k .. '_state', k .. '_attempt', k .. '_limit', 'backoff_ms',
-                     'backoff_max_ms')
+local f = redis.call('HMGET', hkey, k .. '_state', k .. '_attempt', k .. '_limit')
 if f[1] ~= 'running' or f[2] ~= ARGV[4] then return {'stale', f[1] or '', f[2] or ''} end
 local now = now_ms()
 local member = k .. ':' .. id
@@ -255,8 +268,8 @@ if ARGV[5] == '1' then
   end
   if k == 'remind' then
     local done = redis.call('HINCRBY', hkey, 'remind_done', 1)
-    local every = tonumber(redis.call('HGET', hkey, 'remind_every_ms') or 0)
-    local repeats = tonumber(redis.call('HGET', hkey, 'remind_repeats') or 0)
+    local every = tonumber(policy(hkey).remind_after_ms or 0)
+    local repeats = tonumber(policy(hkey).max_reminders or 0)
     if done < repeats and every > 0 and redis.call('HGET', hkey, 'status') == 'pending' then
       queue_task(hkey, id, k, now + every)
     end
@@ -278,7 +291,8 @@ if attempt >= tonumber(f[3]) then
   audit(id, EVENTS[k].failed, 'worker', now, {attempt = attempt, error = ARGV[6]})
   return {'failed'}
 end
-local delay = math.min(tonumber(f[4]) * 2 ^ (attempt - 1), tonumber(f[5]))
+local delay = math.min(tonumber(policy(hkey).backoff_ms) * 2 ^ (attempt - 1),
+                       tonumber(policy(hkey).backoff_max_ms))
 redis.call('HSET', hkey, k .. '_state', 'retrying')
 redis.call('ZADD', P .. 'outbox', now + delay, member)
 audit(id, EVENTS[k].retry, 'worker', now,
@@ -294,7 +308,7 @@ RETRY_TASK = (
 local id, hkey, k = ARGV[2], KEYS[1], ARGV[3]
 if redis.call('EXISTS', hkey) == 0 then return {'missing'} end
 local f = redis.call('HMGET', hkey, k .. '_state', k .. '_attempt')
-if f[1] ~= 'failed' then return {'not_failed', f[1]} end
+if f[1] ~= 'failed' then return {'not_failed', f[1] or 'none'} end
 local now = now_ms()
 queue_task(hkey, id, k, now)
 redis.call('HINCRBY', hkey, 'version', 1)
@@ -315,8 +329,9 @@ local out = {}
 for _, member in ipairs(due) do
   local sep = string.find(member, ':', 1, true)
   local kind, id = string.sub(member, 1, sep - 1), string.sub(member, sep + 1)
-  local timeout = redis.call('HGET', P .. 'h:' .. id, kind .. '_timeout_ms')
-  if timeout then
+  local hkey = P .. 'h:' .. id
+  if redis.call('EXISTS', hkey) == 1 then
+    local timeout = timeout_ms(hkey, kind)
     redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), member)
     table.insert(out, member)
     table.insert(out, timeout)

@@ -7,6 +7,7 @@ in Redis and imported by whichever worker runs the resume, possibly weeks later.
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
 import inspect
 from collections.abc import Callable
@@ -25,8 +26,14 @@ def resolve_target(path: str) -> ResumeTarget:
     """Import and return the callable named by ``"module:function"``.
 
     Raises ``InvalidResumeTarget`` with the reason when it cannot be imported or called
-    with a single handoff argument.
+    with a single handoff argument. Successful look-ups are cached: agents create many
+    handoffs with the same target, and importing plus inspecting it each time is slow.
     """
+    return _resolve_cached(path)
+
+
+@functools.lru_cache(maxsize=256)
+def _resolve_cached(path: str) -> ResumeTarget:
     module_name, sep, attribute = path.partition(":")
     if not sep or not module_name or not attribute:
         raise InvalidResumeTarget(
