@@ -9,7 +9,9 @@ from redis import Redis
 from slack_bolt import App
 from slack_sdk import WebClient
 
+from bot.admin import AdminPolicy
 from bot.config import Settings
+from bot.keys import BotKeys
 from bot.reviewers import ReviewerPolicy
 from bot.slack_client import make_web_client
 from handlers import HandlerDeps, register
@@ -59,5 +61,14 @@ def create_app(settings: Settings, *, redis: Redis, client: WebClient | None = N
         block_self_approval=settings.block_self_approval,
         cache_seconds=settings.usergroup_cache_seconds,
     )
-    register(app, HandlerDeps(store=store, reviewers=reviewers))
+    admins = AdminPolicy(client, redis, BotKeys(store.keys), admins=settings.admin_ids)
+    register(
+        app,
+        HandlerDeps(
+            store=store,
+            reviewers=reviewers,
+            admins=admins,
+            slash_command=settings.slash_command,
+        ),
+    )
     return app

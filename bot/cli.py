@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from typing import TextIO
 
 import click
 from redis import Redis
 
 from bot.config import Settings
 from store.exceptions import HandoffError
-from store.models import Status, TaskKind
+from store.models import Handoff, Status, TaskKind
 from store.repository import HandoffStore
 from worker.notifier import LoggingNotifier, Notifier
 
@@ -79,10 +80,28 @@ def _notifier(settings: Settings) -> Notifier:
     if not settings.slack_bot_token:
         logging.getLogger(__name__).warning("SLACK_BOT_TOKEN is not set: handoffs go to the log")
         return LoggingNotifier()
+    from bot.home import refresh_homes
     from bot.notifier import SlackNotifier
+    from bot.reviewers import ReviewerPolicy
     from bot.slack_client import make_web_client
 
-    return SlackNotifier(make_web_client(settings), default_channel=settings.channel)
+    client = make_web_client(settings)
+    redis = Redis.from_url(_require_redis_url(settings))
+    store = HandoffStore(redis, settings.store_config())
+    policy = ReviewerPolicy(
+        client,
+        redis,
+        store.keys,
+        admins=settings.admin_ids,
+        default_reviewers=settings.default_reviewer_ids,
+        block_self_approval=settings.block_self_approval,
+        cache_seconds=settings.usergroup_cache_seconds,
+    )
+
+    def refresh(handoff: Handoff) -> None:
+        refresh_homes(client, store, policy, handoff, command=settings.slash_command)
+
+    return SlackNotifier(client, default_channel=settings.channel, on_change=refresh)
 
 
 @main.command()
@@ -173,6 +192,29 @@ def retry(handoff_id: str, by: str) -> None:
     """Retry a resume that failed after all its attempts."""
     handoff = _store(_settings()).retry_task(handoff_id, TaskKind.RESUME, requested_by=by)
     click.echo(f"resume of {handoff.id} queued again")
+
+
+@main.group()
+def audit() -> None:
+    """Read the audit trail."""
+
+
+@audit.command(name="export")
+@click.option("--since", default=None, help="ISO date/time (UTC unless given) or an age: 7d, 12h.")
+@click.option("--run", "run_id", default=None, help="Only the events of this run's handoffs.")
+@click.option(
+    "--output", type=click.File("w"), default="-", show_default=True, help="File to write."
+)
+def audit_export(since: str | None, run_id: str | None, output: TextIO) -> None:
+    """Write every audit event as JSON Lines (time, event, actor, handoff_id, detail, id)."""
+    from bot.audit import export_audit, parse_since
+
+    try:
+        start = parse_since(since) if since else None
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--since") from exc
+    written = export_audit(_store(_settings()), output, since=start, run_id=run_id)
+    click.echo(f"{written} events exported", err=True)
 
 
 @main.command()

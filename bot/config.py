@@ -122,6 +122,11 @@ class Settings(BaseSettings):
     usergroup_cache_seconds: int = Field(
         default=300, ge=0, description="How long user-group members are cached."
     )
+    slash_command: str = Field(
+        default="/handoff",
+        pattern=r"^/[a-z0-9_-]{1,31}$",
+        description="The slash command the bot answers (as declared in manifest.yml).",
+    )
 
     @property
     def admin_ids(self) -> frozenset[str]:

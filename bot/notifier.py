@@ -8,6 +8,7 @@ the copy posted to an escalation channel, and old messages left behind by a reas
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from slack_sdk import WebClient
@@ -33,9 +34,18 @@ class NoChannel(Exception):
 class SlackNotifier:
     """Posts a handoff with ``chat.postMessage`` and keeps its messages up to date."""
 
-    def __init__(self, client: WebClient, *, default_channel: str | None = None) -> None:
+    def __init__(
+        self,
+        client: WebClient,
+        *,
+        default_channel: str | None = None,
+        on_change: Callable[[Handoff], None] | None = None,
+    ) -> None:
+        """``on_change`` is called after each delivery, update and escalation (the App Home
+        refresh); its failures are logged, never raised, so they cannot fail the task."""
         self.client = client
         self.default_channel = default_channel
+        self.on_change = on_change
 
     def deliver(self, handoff: Handoff) -> dict[str, Any]:
         """Post the handoff's message; returns its references.
@@ -55,6 +65,7 @@ class SlackNotifier:
             self._show_moved(handoff, moved)
             refs["record_ts"] = None
         logger.info("posted", extra={"handoff_id": handoff.id, "channel": posted["channel"]})
+        self._changed(handoff)
         return refs
 
     def update(self, handoff: Handoff) -> dict[str, Any] | None:
@@ -76,6 +87,7 @@ class SlackNotifier:
                 self.client.chat_update(
                     channel=copy["channel"], ts=copy["ts"], text=shown.text, blocks=shown.blocks
                 )
+        self._changed(handoff)
         if not handoff.is_pending and not refs.get("record_ts"):
             record = self.client.chat_postMessage(
                 channel=channel, thread_ts=ts, text=thread_record_text(handoff)
@@ -111,7 +123,16 @@ class SlackNotifier:
             *refs.get("copies", []),
             {"channel": posted["channel"], "ts": posted["ts"]},
         ]
+        self._changed(handoff)
         return refs
+
+    def _changed(self, handoff: Handoff) -> None:
+        if self.on_change is None:
+            return
+        try:
+            self.on_change(handoff)
+        except Exception:  # a stale App Home must not fail (and repeat) a Slack post
+            logger.exception("App Home refresh failed", extra={"handoff_id": handoff.id})
 
     def _post(self, handoff: Handoff, channel: str, *, note: str | None = None) -> Any:
         message = render_message(handoff, note=note)

@@ -2,16 +2,18 @@
 
 from slack_bolt import App
 
-from handlers import actions, messages, modals
+from handlers import actions, commands, home, messages, modals
 from handlers.deps import HandlerDeps, inject
 
 
 def register(app: App, deps: HandlerDeps) -> None:
     """Attach every listener of slack-handoff to ``app``, with ``deps`` in their context."""
     app.middleware(inject(deps))
+    home.register(app)
     actions.register(app)
     modals.register(app)
     messages.register(app)
+    commands.register(app, command=deps.slash_command)
 
 
 __all__ = ["HandlerDeps", "register"]

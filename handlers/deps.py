@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from bot.admin import AdminPolicy
 from bot.reviewers import ReviewerPolicy
 from store.repository import HandoffStore
 
@@ -14,10 +15,27 @@ DEPS_KEY = "handoff_deps"
 
 @dataclass(frozen=True)
 class HandlerDeps:
-    """The store and the reviewer policy of the app."""
+    """The store and the policies of the app.
+
+    ``admins`` decides who may run admin commands; without one, only the reviewer policy's
+    admins (``HANDOFF_ADMINS``) may. ``slash_command`` is the command the app answers.
+    """
 
     store: HandoffStore
     reviewers: ReviewerPolicy
+    admins: AdminPolicy | None = None
+    slash_command: str = "/handoff"
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> HandlerDeps:
+        # Bolt deep-copies a request's context for lazy listeners. These are the app's shared
+        # services (thread-safe clients and connection pools): lend them, do not copy them.
+        return self
+
+    def is_admin(self, user_id: str) -> bool:
+        """May ``user_id`` run admin commands?"""
+        if self.admins is not None:
+            return self.admins.is_admin(user_id)
+        return user_id in self.reviewers.admins
 
 
 def inject(deps: HandlerDeps) -> Callable[..., Any]:

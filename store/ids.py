@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 import time
 
 HANDOFF_ID_PREFIX = "ho_"
@@ -18,10 +19,24 @@ _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 HANDOFF_ID_PATTERN = re.compile(r"^ho_[0-9A-HJKMNP-TV-Z]{26}$")
 
 
+_last_lock = threading.Lock()
+_last = (0, 0)  # (timestamp ms, random part) of the id made last in this process
+
+
 def new_handoff_id(now_ms: int | None = None) -> str:
-    """Return a new handoff id such as ``ho_01JDZ3Q6T5N9W2V8K4M7R1X0BC``."""
+    """Return a new handoff id such as ``ho_01JDZ3Q6T5N9W2V8K4M7R1X0BC``.
+
+    Ids made by one process in the same millisecond increase (the random part is
+    incremented), so "oldest first" holds for them too.
+    """
+    global _last
     timestamp = int(time.time() * 1000) if now_ms is None else now_ms
-    value = (timestamp << 80) | int.from_bytes(os.urandom(10), "big")
+    with _last_lock:
+        random_part = int.from_bytes(os.urandom(10), "big")
+        if timestamp == _last[0] and _last[1] < (1 << 80) - 1:
+            random_part = _last[1] + 1
+        _last = (timestamp, random_part)
+    value = (timestamp << 80) | random_part
     chars = []
     for _ in range(26):
         chars.append(_CROCKFORD[value & 0x1F])

@@ -10,13 +10,14 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import suppress
 from pathlib import Path
+from typing import Any
 
 from redis import Redis
 
-from bot.standin import SlackStandIn, StandInUser
+from bot.standin import Ephemeral, SlackStandIn, StandInUser
 from tests.conftest import ROOT
 from worker.client import Handoffs
 
@@ -25,11 +26,14 @@ BOT_TOKEN = "xoxb-e2e-bot-token"
 CHANNEL = "C0APPROVALS"
 
 ALICE, BOB, CAROL, ADMIN = "U0ALICE", "U0BOB", "U0CAROL", "U0ADMIN"
+OWNER = "U0OWNER"
+"""A workspace owner who is not in HANDOFF_ADMINS: an admin through users.info only."""
 USERS = [
     StandInUser(ALICE, "alice"),
     StandInUser(BOB, "bob"),
     StandInUser(CAROL, "carol"),
     StandInUser(ADMIN, "ada", is_admin=True),
+    StandInUser(OWNER, "olga", is_owner=True),
 ]
 USERGROUPS = {"S0FINANCE": [BOB]}
 
@@ -131,11 +135,48 @@ class SlackEnv:
             process.wait(timeout=10)
         self.standin.stop()
 
+    def command(self, user: str, text: str, *, channel: str = CHANNEL) -> Ephemeral:
+        """``user`` runs ``/handoff <text>``; returns the ephemeral reply they see."""
+        shown = len(self.standin.ephemerals(user))
+        response = self.standin.send_command(user, "/handoff", text, channel_id=channel)
+        assert response.status == 200, response.text
+        replies = self.standin.ephemerals(user)
+        assert len(replies) == shown + 1, f"no reply to /handoff {text}: {response.text}"
+        return replies[-1]
+
+    def current(self, reply: Ephemeral) -> Ephemeral:
+        """The ephemeral ``reply`` as its user sees it now (buttons may have replaced it)."""
+        [now] = [e for e in self.standin.ephemerals(reply.user) if e.ts == reply.ts]
+        return now
+
+    def refund_approval(self, *, run_id: str = "run-refund", **options: Any) -> str:
+        """Create a pending approval of a refund, resumed by ``tests.resume_targets:record``;
+        ``options`` are ``request_approval``'s (reviewers, channel, requester...)."""
+        return self.handoffs.request_approval(
+            run_id=run_id,
+            thread_id="thread-1",
+            action="issue_refund",
+            args={"order_id": "A-1001", "amount": 30},
+            context="Customer was charged twice.",
+            resume="tests.resume_targets:record",
+            **options,
+        ).id
+
     def posted(self, handoff_id: str, timeout: float = 15):
         """The channel message of a handoff, once the worker has posted it."""
         wait_for(lambda: self.handoffs.get(handoff_id).message_refs.get("ts"), timeout=timeout)
         refs = self.handoffs.get(handoff_id).message_refs
         return self.standin.message(refs["channel"], refs["ts"])
+
+
+def running_slack(redis: Redis, redis_url: str, log_dir: Path) -> Iterator[SlackEnv]:
+    """Body of a ``slack`` fixture: a started ``SlackEnv``, stopped afterwards."""
+    env = SlackEnv(redis, redis_url, log_dir)
+    env.start()
+    try:
+        yield env
+    finally:
+        env.stop()
 
 
 def wait_for(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import yaml
 
+from bot.config import Settings
 from tests.conftest import ROOT
 
 
@@ -33,3 +34,15 @@ def test_manifest_grants_what_the_bot_calls_and_receives() -> None:
         assert event in events
         assert scope in scopes
     assert manifest["features"]["bot_user"]["display_name"]
+
+
+def test_manifest_declares_the_slash_command_and_the_app_home() -> None:
+    manifest = _manifest()
+    [command] = manifest["features"]["slash_commands"]
+    assert command["command"] == Settings().slash_command
+    assert command["url"].endswith("/slack/events")
+    # Escaped, `reassign <id> #channel` arrives as <#C123|name>: a channel id, not a name.
+    assert command["should_escape"] is True
+    assert "commands" in manifest["oauth_config"]["scopes"]["bot"]
+    assert manifest["features"]["app_home"]["home_tab_enabled"] is True
+    assert "app_home_opened" in manifest["settings"]["event_subscriptions"]["bot_events"]

@@ -1,0 +1,386 @@
+"""Listing benchmark: ``/handoff list`` and the App Home with 100,000 pending handoffs.
+
+Not a test: it measures and prints figures. It fills a fresh random namespace with
+``--count`` pending handoffs (default 100,000) of every type, spread over 20 channels,
+1,000 runs, 200 reviewers, 5 user groups and no reviewers at all (one in ten), then times
+the server-side work of:
+
+- ``/handoff list`` (first page, and a page deep in the listing) as an admin, both as the
+  command's own work (parse, read, render) and as a whole signed request dispatched through
+  the Bolt app (signature check, middleware, listener, JSON answer);
+- ``/handoff list mine`` and the App Home of a reviewer (their queue: own index, a user
+  group's and the handoffs naming no reviewers, merged; their recent decisions; the Home's
+  Block Kit), and the Home of an admin (every pending handoff).
+
+Slack's own HTTP is left out: the bot talks to the local Slack stand-in, whose answers
+(who the bot is, user groups and their members) are cached after the warm-up (the report
+counts Web API calls made while measuring), and the Home is built, not published. Each
+figure is p50/p99 over ``--runs`` runs after a warm-up, next to the 50 ms target. The first
+Homes of the namespace, which sort the backlog of pending handoffs into the bot's "no
+reviewers" index, are reported apart.
+
+The handoffs are created by the store's own CREATE script, pipelined (the arguments are
+the ones ``HandoffStore.create`` computes, captured from it), so the data is what the
+store writes. Only the namespace's keys are deleted at the end; it never flushes.
+
+Run from the repository root::
+
+    .venv/bin/python -m bench.listing                                 # embedded server
+    .venv/bin/python -m bench.listing --redis-url redis://127.0.0.1:6379
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlencode
+
+from redis import Redis
+from slack_bolt import App
+from slack_bolt.request import BoltRequest
+from slack_sdk import WebClient
+from slack_sdk.signature import SignatureVerifier
+
+from bench.lifecycle import delete_namespace, percentile, progress
+from bot.admin_views import render_listing
+from bot.app import create_app
+from bot.config import Settings
+from bot.embedded import start_embedded_redis
+from bot.home import Homes
+from bot.queues import PAGE_SIZE, ListFilter, Listings, ListKind
+from bot.reviewers import ReviewerPolicy
+from bot.standin import SlackStandIn, StandInUser
+from handlers.commands import parse_command, run_command
+from handlers.deps import HandlerDeps
+from store.ids import new_handoff_id
+from store.models import HandoffRequest
+from store.repository import HandoffStore, StoreConfig
+
+TARGET_MS = 50.0
+"""Server time the issue allows for the first page of ``list`` and of the Home."""
+
+CHANNELS = [f"C0BENCH{i:02d}" for i in range(20)]
+USERS = [f"U0BENCH{i:03d}" for i in range(200)]
+GROUPS = {f"S0BENCH{g}": USERS[g * 20 : (g + 1) * 20] for g in range(5)}
+VIEWER = USERS[7]
+"""The reviewer whose queue is measured: their own handoffs, group S0BENCH0's, and those
+naming no reviewers."""
+ADMIN = "U0BENCHADMIN"
+SIGNING_SECRET = "bench-listing-signing-secret"
+CACHE_SECONDS = 3600
+"""Slack answers (user groups) are cached longer than the benchmark runs."""
+CREATE_BATCH = 1000
+
+
+# -- filling the namespace ---------------------------------------------------------------
+
+
+def request_for(index: int) -> HandoffRequest:
+    """The ``index``-th handoff of the mix."""
+    kind = ("approval", "question", "correction", "escalation")[index % 4]
+    payload: dict[str, Any] = {
+        "approval": {
+            "kind": "approval",
+            "action": {"name": "issue_refund", "args": {"order": f"A-{index}", "usd": 30}},
+        },
+        "question": {"kind": "question", "question": f"Which region for order A-{index}?"},
+        "correction": {"kind": "correction", "draft": f"Dear customer {index}, ..."},
+        "escalation": {"kind": "escalation", "summary": f"Order A-{index} needs a human."},
+    }[kind]
+    if index % 10 == 0:
+        reviewers: list[str] = []
+    elif index % 10 == 1:
+        reviewers = [list(GROUPS)[index // 10 % len(GROUPS)]]
+    else:
+        reviewers = [USERS[index % len(USERS)]]
+    return HandoffRequest.model_validate(
+        {
+            "run_id": f"run-{index % 1000}",
+            "thread_id": f"thread-{index}",
+            "request_type": kind,
+            "context": "Customer was charged twice for this order; the agent wants to refund.",
+            "payload": payload,
+            "channel": CHANNELS[index % len(CHANNELS)],
+            "reviewers": reviewers,
+        }
+    )
+
+
+class _Captured(Exception):
+    pass
+
+
+@dataclass
+class _CaptureCreate:
+    """Stands in for the store's CREATE script and keeps what ``create`` passes to it."""
+
+    keys: list[Any] | None = None
+    args: list[Any] | None = None
+
+    def __call__(self, keys: list[Any], args: list[Any], client: Any = None) -> Any:
+        self.keys, self.args = keys, args
+        raise _Captured
+
+
+def fill(redis: Redis, store: HandoffStore, count: int) -> float:
+    """Create ``count`` pending handoffs with the store's CREATE script, pipelined; returns
+    the seconds it took."""
+    capturing = HandoffStore(redis, store.config)
+    capture = _CaptureCreate()
+    capturing._scripts["CREATE"] = capture  # type: ignore[assignment]
+    script = store._scripts["CREATE"]
+    started = time.perf_counter()
+    for first in range(0, count, CREATE_BATCH):
+        pipe = redis.pipeline(transaction=False)
+        for index in range(first, min(count, first + CREATE_BATCH)):
+            with contextlib.suppress(_Captured):
+                capturing.create(request_for(index), handoff_id=new_handoff_id())
+            script(keys=capture.keys, args=capture.args, client=pipe)
+        pipe.execute()
+        if (first // CREATE_BATCH) % 20 == 19:
+            progress(f"{first + CREATE_BATCH:,} created")
+    return time.perf_counter() - started
+
+
+# -- measuring ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Figure:
+    """Milliseconds of repeated runs of one scenario: wall clock, and this process's CPU
+    (which a busy machine inflates less than the wall clock)."""
+
+    label: str
+    millis: list[float]
+    cpu_millis: list[float]
+
+    def line(self) -> str:
+        p50, p99 = percentile(self.millis, 0.5), percentile(self.millis, 0.99)
+        verdict = "met" if p99 < TARGET_MS else "NOT met"
+        return (
+            f"  {self.label:<48}p50 {p50:6.1f} ms   p99 {p99:6.1f} ms   "
+            f"CPU p50 {percentile(self.cpu_millis, 0.5):5.1f} ms   "
+            f"(target < {TARGET_MS:.0f} ms: {verdict})"
+        )
+
+
+def measure(label: str, work: Callable[[], object], *, runs: int, warmup: int) -> Figure:
+    """Time ``work`` ``runs`` times after ``warmup`` untimed runs."""
+    for _ in range(warmup):
+        work()
+    millis, cpu_millis = [], []
+    for _ in range(runs):
+        started, cpu_started = time.perf_counter(), time.process_time()
+        work()
+        millis.append((time.perf_counter() - started) * 1000)
+        cpu_millis.append((time.process_time() - cpu_started) * 1000)
+    return Figure(label, millis, cpu_millis)
+
+
+def bolt_app(redis: Redis, namespace: str, slack: SlackStandIn) -> App:
+    """The bot's Bolt app on ``namespace``, as ``handoff serve`` builds it."""
+    return create_app(
+        Settings(
+            redis_url=None,
+            namespace=namespace,
+            slack_bot_token=slack.bot_token,
+            slack_signing_secret=SIGNING_SECRET,
+            slack_api_url=slack.api_url,
+            admins=ADMIN,
+            usergroup_cache_seconds=CACHE_SECONDS,
+        ),
+        redis=redis,
+    )
+
+
+def signed_command(app: App, text: str, user: str) -> Callable[[], object]:
+    """A function that dispatches ``/handoff <text>`` by ``user`` to ``app`` as a signed
+    request, the way the HTTP adapter hands it over."""
+    body = urlencode(
+        {
+            "command": "/handoff",
+            "text": text,
+            "user_id": user,
+            "channel_id": CHANNELS[0],
+            "team_id": "T0BENCH",
+            "response_url": "https://hooks.slack.invalid/commands/1",
+            "trigger_id": "1.2.3",
+        }
+    )
+    verifier = SignatureVerifier(SIGNING_SECRET)
+
+    def dispatch() -> object:
+        timestamp = str(int(time.time()))
+        response = app.dispatch(
+            BoltRequest(
+                body=body,
+                headers={
+                    "content-type": ["application/x-www-form-urlencoded"],
+                    "x-slack-request-timestamp": [timestamp],
+                    "x-slack-signature": [
+                        verifier.generate_signature(timestamp=timestamp, body=body)
+                    ],
+                },
+            )
+        )
+        if response.status != 200 or "blocks" not in response.body:
+            raise RuntimeError(f"/handoff {text}: HTTP {response.status} {response.body[:200]}")
+        return response
+
+    return dispatch
+
+
+def run(args: argparse.Namespace, redis: Redis, slack: SlackStandIn) -> list[Figure]:
+    namespace = f"benchlist{uuid.uuid4().hex[:12]}"
+    store = HandoffStore(redis, StoreConfig(namespace=namespace))
+    client = WebClient(token=slack.bot_token, base_url=slack.api_url)
+    reviewers = ReviewerPolicy(
+        client, redis, store.keys, admins={ADMIN}, cache_seconds=CACHE_SECONDS
+    )
+    deps = HandlerDeps(store=store, reviewers=reviewers)
+    try:
+        progress(f"creating {args.count:,} pending handoffs in namespace {namespace}")
+        seconds = fill(redis, store, args.count)
+        progress(f"created in {seconds:.1f} s ({args.count / seconds:,.0f}/s)")
+        if store.count_pending() != args.count:
+            raise RuntimeError(f"{store.count_pending()} pending, expected {args.count}")
+        mine = store.list_pending(store.keys.pending_by_reviewer(VIEWER), limit=10).items
+        for handoff in mine:
+            store.decide(handoff.id, "rejected", decided_by=VIEWER, via="bench")
+
+        app = bolt_app(redis, namespace, slack)
+        homes = Homes(store, reviewers)
+        listings = Listings(store, reviewers)
+        cold = []
+        while True:  # the first Homes work off the backlog of the "no reviewers" index
+            started = time.perf_counter()
+            homes.build(VIEWER)
+            cold.append((time.perf_counter() - started) * 1000)
+            if listings.unassigned.is_complete():
+                break
+        started = time.perf_counter()
+        run_command(deps, ADMIN, parse_command("stats 7d"))
+        stats_ms = (time.perf_counter() - started) * 1000
+        deep = _text(redis.zrange(store.keys.pending, args.count // 2, args.count // 2))
+        everything = ListFilter(ListKind.PENDING)
+        scenarios: list[tuple[str, Callable[[], object]]] = [
+            (
+                "list, first page (command work)",
+                lambda: run_command(deps, ADMIN, parse_command("list")),
+            ),
+            ("list, first page (signed request via Bolt)", signed_command(app, "list", ADMIN)),
+            (
+                f"list, Next to page {args.count // 2 // PAGE_SIZE + 1:,}",
+                lambda: render_listing(listings.page(everything, viewer=ADMIN, after=deep)),
+            ),
+            (
+                "list run <id>, first page (command work)",
+                lambda: run_command(deps, ADMIN, parse_command("list run run-7")),
+            ),
+            (
+                "list mine, reviewer (signed request via Bolt)",
+                signed_command(app, "list mine", VIEWER),
+            ),
+            ("App Home, reviewer (data + Block Kit)", lambda: homes.build(VIEWER)),
+            ("App Home, admin (data + Block Kit)", lambda: homes.build(ADMIN)),
+        ]
+        for _, work in scenarios:
+            work()  # Bolt's one auth.test, the user-group lookups: cached from here on
+        calls = len(slack.calls())
+        figures = [
+            measure(label, work, runs=args.runs, warmup=args.warmup) for label, work in scenarios
+        ]
+        calls = len(slack.calls()) - calls
+        print_report(args, seconds, cold, stats_ms, figures, homes, store, calls)
+        return figures
+    finally:
+        if not args.keep:
+            progress("deleting the namespace")
+            delete_namespace(redis, namespace)
+
+
+def print_report(
+    args: argparse.Namespace,
+    fill_seconds: float,
+    cold: list[float],
+    stats_ms: float,
+    figures: list[Figure],
+    homes: Homes,
+    store: HandoffStore,
+    calls: int,
+) -> None:
+    built = homes.build(VIEWER)
+    print(f"\nslack-handoff listing benchmark: {args.count:,} pending handoffs")
+    print(f"  filled in {fill_seconds:.1f} s; load average {os.getloadavg()[0]:.2f}")
+    print(
+        f"  reviewer {VIEWER}: {store.count_pending(store.keys.pending_by_reviewer(VIEWER)):,} "
+        f"own, group S0BENCH0 "
+        f"{store.count_pending(store.keys.pending_by_reviewer('S0BENCH0')):,}, "
+        f"{args.count // 10:,} naming no reviewers; their Home shows {len(built.shown)} "
+        f"handoffs in {len(built.view['blocks'])} blocks"
+    )
+    print(
+        f"  {args.runs} runs each after {args.warmup} warm-up runs; "
+        f"Web API calls while measuring: {calls}\n"
+    )
+    for figure in figures:
+        print(figure.line())
+    print(
+        f"\n  first Homes after the fill (sorting {args.count // 10:,} handoffs without "
+        f"reviewers out of {args.count:,}): " + ", ".join(f"{ms:.0f} ms" for ms in cold)
+    )
+    print(
+        f"  /handoff stats 7d, once (reads the whole audit stream of the window): {stats_ms:.0f} ms"
+    )
+    missed = [f.label for f in figures if percentile(f.millis, 0.99) >= TARGET_MS]
+    print("\nOK: every p99 under the target" if not missed else f"\nNOT met: {missed}")
+
+
+def _text(values: list[Any]) -> str:
+    [value] = values
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line."""
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.listing", description=__doc__.split("\n\n")[0] if __doc__ else ""
+    )
+    parser.add_argument("--count", type=int, default=100_000, help="pending handoffs")
+    parser.add_argument("--runs", type=int, default=200, help="timed runs per scenario")
+    parser.add_argument("--warmup", type=int, default=20, help="untimed runs first")
+    parser.add_argument("--redis-url", default=None, help="default: an embedded server")
+    parser.add_argument("--keep", action="store_true", help="keep the namespace afterwards")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    users = [StandInUser(user, user.lower()) for user in [*USERS, ADMIN]]
+    standin = SlackStandIn(signing_secret=SIGNING_SECRET, users=users, usergroups=GROUPS)
+    with _redis_at(args.redis_url) as redis, standin:
+        figures = run(args, redis, standin)
+    return 0 if all(percentile(f.millis, 0.99) < TARGET_MS for f in figures) else 1
+
+
+@contextlib.contextmanager
+def _redis_at(url: str | None) -> Iterator[Redis]:
+    if url:
+        yield Redis.from_url(url)
+        return
+    server = start_embedded_redis()
+    try:
+        yield Redis.from_url(server.connection_url)
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""Who may run the admin subcommands of the slash command.
+
+Admins are the user ids in ``HANDOFF_ADMINS`` plus the workspace's admins and owners as
+``users.info`` reports them. Slack's answer is cached in Redis, so a command costs no Web
+API call in the common case, and a demoted admin loses the right within the cache time.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from redis import Redis
+from slack_sdk import WebClient
+from slack_sdk.errors import SlackApiError
+
+from bot.keys import BotKeys
+
+logger = logging.getLogger(__name__)
+
+ADMIN_CACHE_SECONDS = 300
+"""How long a "workspace admin or not" answer from ``users.info`` is trusted."""
+
+
+class AdminPolicy:
+    """Answers "may this Slack user run admin commands?".
+
+    Example::
+
+        admins = AdminPolicy(client, redis, BotKeys(store.keys), admins={"U0OPS"})
+        if not admins.is_admin(user_id):
+            ...
+    """
+
+    def __init__(
+        self,
+        client: WebClient,
+        redis: Redis,
+        keys: BotKeys,
+        *,
+        admins: Iterable[str] = (),
+        cache_seconds: int = ADMIN_CACHE_SECONDS,
+    ) -> None:
+        self.client = client
+        self.redis = redis
+        self.keys = keys
+        self.admins = frozenset(admins)
+        self.cache_seconds = cache_seconds
+
+    def is_admin(self, user_id: str) -> bool:
+        """True for ``HANDOFF_ADMINS`` and for workspace admins and owners."""
+        if user_id in self.admins:
+            return True
+        key = self.keys.admin(user_id)
+        cached = self.redis.get(key)
+        if cached is not None:
+            return cached == b"1"
+        try:
+            user = self.client.users_info(user=user_id).get("user") or {}
+        except SlackApiError as exc:
+            # Not cached: the next command asks again rather than locking an admin out.
+            logger.warning("users.info failed for %s: %s", user_id, exc.response.get("error"))
+            return False
+        answer = bool(user.get("is_admin") or user.get("is_owner") or user.get("is_primary_owner"))
+        if self.cache_seconds:
+            self.redis.set(key, "1" if answer else "0", ex=self.cache_seconds)
+        return answer

@@ -1,0 +1,88 @@
+"""Redis keys the Slack side owns: caches of Slack answers and App Home bookkeeping.
+
+They live in the store's namespace (same ``{ns}:`` hash tag, see ``store.keys``) under
+``{ns}:bot:``, so deleting a namespace deletes them too, and they never collide with the
+store's own keys.
+
+=====================================  ======  ===============================================
+key                                    type    contents
+=====================================  ======  ===============================================
+``{ns}:bot:admin:<user>``              string  "1"/"0": is the user a workspace admin or owner
+                                               (``users.info``); expires
+``{ns}:bot:usergroups``                string  JSON {group id: [member ids]} from
+                                               ``usergroups.list``; expires
+``{ns}:bot:unassigned``                zset    pending ids with no reviewers (score 0), kept
+                                               up to date by ``bot.unassigned``
+``{ns}:bot:unassigned:walk``           string  last pending id walked while building it, or
+                                               "done"
+``{ns}:bot:unassigned:read``           string  last audit stream id applied to it; expires
+``{ns}:bot:home:viewers``              zset    user -> when they last opened the App Home (ms)
+``{ns}:bot:home:shown:<user>``         set     handoff ids on the user's published Home
+``{ns}:bot:home:end:<user>``           string  last id of that Home's queue, when it is full
+``{ns}:bot:home:decided:<user>``       zset    handoff id -> when the user decided it (ms)
+``{ns}:bot:home:read:<user>``          string  newest audit stream id read for that zset
+=====================================  ======  ===============================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from store.keys import KeySpace
+
+
+@dataclass(frozen=True)
+class BotKeys:
+    """Names of the bot's own keys in one namespace."""
+
+    keys: KeySpace
+
+    @property
+    def prefix(self) -> str:
+        """The common prefix of the bot's keys."""
+        return f"{self.keys.prefix}bot:"
+
+    def admin(self, user_id: str) -> str:
+        """Cached answer to "is this user a workspace admin or owner?"."""
+        return f"{self.prefix}admin:{user_id}"
+
+    @property
+    def usergroups(self) -> str:
+        """Cached members of every user group of the workspace."""
+        return f"{self.prefix}usergroups"
+
+    @property
+    def unassigned(self) -> str:
+        """Pending handoffs that name no reviewers."""
+        return f"{self.prefix}unassigned"
+
+    @property
+    def unassigned_walk(self) -> str:
+        """How far the pending index was walked to build ``unassigned``."""
+        return f"{self.prefix}unassigned:walk"
+
+    @property
+    def unassigned_read(self) -> str:
+        """How far the audit stream was applied to ``unassigned``."""
+        return f"{self.prefix}unassigned:read"
+
+    @property
+    def home_viewers(self) -> str:
+        """Who opened the App Home, and when."""
+        return f"{self.prefix}home:viewers"
+
+    def home_shown(self, user_id: str) -> str:
+        """The handoffs the user's published Home shows."""
+        return f"{self.prefix}home:shown:{user_id}"
+
+    def home_queue_end(self, user_id: str) -> str:
+        """The last handoff of the user's Home queue, when the queue is full."""
+        return f"{self.prefix}home:end:{user_id}"
+
+    def home_decided(self, user_id: str) -> str:
+        """What the user decided recently, for their Home."""
+        return f"{self.prefix}home:decided:{user_id}"
+
+    def home_read(self, user_id: str) -> str:
+        """How far the audit stream was read for the user's recent decisions."""
+        return f"{self.prefix}home:read:{user_id}"

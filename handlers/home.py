@@ -1,0 +1,97 @@
+"""The App Home tab: published when a person opens it; its buttons are the channel message's.
+
+The Home shows each handoff with the very buttons of its channel message (same action ids
+and values), so a click on the Home goes to the listeners of ``handlers.actions`` and through
+the same exactly-once decision as a click in the channel.
+
+One difference: Slack sends no ``response_url`` with a click on a Home tab, so the
+listeners' ``respond`` (their private "already decided" or "only @alice can decide this"
+answers) cannot work there. The middleware ``respond_on_home`` gives such requests a
+``respond`` that shows the answer as a notice on top of the republished Home instead.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from slack_bolt import App, Respond
+from slack_sdk import WebClient
+from slack_sdk.errors import SlackApiError
+from slack_sdk.webhook import WebhookResponse
+
+from bot.home import Homes
+from handlers.decisions import STORE_DOWN
+from handlers.deps import HandlerDeps, deps_of
+
+logger = logging.getLogger(__name__)
+
+
+def register(app: App) -> None:
+    """Attach the Home listener and the Home ``respond`` middleware to ``app``."""
+    app.middleware(respond_on_home)
+    app.event("app_home_opened")(on_home_opened)
+
+
+def on_home_opened(event: dict[str, Any], client: WebClient, context: dict[str, Any]) -> None:
+    """Publish the viewer's Home: their queue and their recent decisions."""
+    if event.get("tab", "home") != "home":
+        return  # the Messages tab
+    deps = deps_of(context)
+    user = str(event["user"])
+    homes = homes_of(deps)
+    try:
+        homes.opened(user)
+        homes.publish(client, user)
+    except STORE_DOWN:
+        logger.exception("store unavailable while publishing a Home", extra={"user": user})
+    except SlackApiError as exc:
+        logger.warning("views.publish failed for %s: %s", user, exc.response.get("error"))
+
+
+def homes_of(deps: HandlerDeps) -> Homes:
+    """The Home publisher for the app's store and policies."""
+    return Homes(deps.store, deps.reviewers, command=deps.slash_command)
+
+
+def respond_on_home(body: dict[str, Any], context: dict[str, Any], next: Callable[[], Any]) -> Any:
+    """Bolt middleware: for a click on a Home tab, ``respond`` republishes the Home with
+    the message as a notice (there is no response_url to answer through)."""
+    if is_home_click(body):
+        context["respond"] = HomeNotice(
+            homes_of(deps_of(context)), context["client"], str(body["user"]["id"])
+        )
+    return next()
+
+
+def is_home_click(body: dict[str, Any]) -> bool:
+    """True for an interaction from a Home tab (which comes without a response_url)."""
+    view = body.get("view") or {}
+    return (
+        body.get("type") == "block_actions"
+        and view.get("type") == "home"
+        and not body.get("response_url")
+    )
+
+
+class HomeNotice(Respond):
+    """A ``respond`` for Home clicks: the text becomes a notice on the republished Home."""
+
+    def __init__(self, homes: Homes, client: WebClient, user_id: str) -> None:
+        super().__init__(response_url=None)
+        self.homes = homes
+        self.client = client
+        self.user_id = user_id
+
+    def __call__(
+        self,
+        text: str | dict[str, Any] = "",
+        blocks: Sequence[Any] | None = None,
+        *args: Any,
+        **kwargs: Any,
+    ) -> WebhookResponse:
+        """Republish the Home with ``text`` on top; blocks and message options do not apply."""
+        notice = text.get("text", "") if isinstance(text, dict) else text
+        self.homes.publish(self.client, self.user_id, notice=str(notice) or None)
+        return WebhookResponse(url="", status_code=200, body="ok", headers={})
