@@ -79,12 +79,15 @@ def run_threads(work: Callable[[int], None], count: int, concurrency: int) -> fl
     path), and all start together at a barrier, so the figure is the work's own cost.
     """
     barrier = threading.Barrier(concurrency + 1)
+    stop = threading.Event()
     errors: list[BaseException] = []
 
     def loop(first: int) -> None:
         barrier.wait()
         try:
             for i in range(first, count, concurrency):
+                if stop.is_set():
+                    return
                 work(i)
         except BaseException as exc:
             errors.append(exc)
@@ -94,8 +97,14 @@ def run_threads(work: Callable[[int], None], count: int, concurrency: int) -> fl
         thread.start()
     barrier.wait()
     started = time.perf_counter()
-    for thread in threads:
-        thread.join()
+    try:
+        for thread in threads:
+            thread.join()
+    finally:
+        # On Ctrl-C, stop the threads before the caller deletes keys they would still write.
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=WORKER_STOP_TIMEOUT_SECONDS)
     elapsed = time.perf_counter() - started
     if errors:
         raise errors[0]
@@ -456,7 +465,7 @@ def run_phase_two(redis: Redis, redis_url: str, tag: str, args: argparse.Namespa
             result.finished = wait_for_lifecycle(redis, keys.outbox, count_key(bulk), args)
             result.total_seconds = time.perf_counter() - started
             if result.finished:
-                result.idle_latencies = idle_latencies(handoffs, idle, args.latency_samples)
+                measure_idle_latency(result, handoffs, queue, idle, args)
         # Checked with the workers stopped: a late duplicate resume would show by now.
         check_phase_two(result, handoffs, ids, queue, bulk, idle, args)
     except BaseException:
@@ -467,6 +476,23 @@ def run_phase_two(redis: Redis, redis_url: str, tag: str, args: argparse.Namespa
     else:
         shutil.rmtree(log_dir, ignore_errors=True)
     return result
+
+
+def measure_idle_latency(
+    result: PhaseTwo, handoffs: Handoffs, queue: str, key: str, args: argparse.Namespace
+) -> None:
+    """Sample click-to-resume latency once the workers have nothing left to do.
+
+    A backlog longer than the dispatch timeout makes the dispatcher enqueue tasks again;
+    those duplicate jobs (which the store then skips) may still be queued in RQ after
+    the last resume, so wait for RQ's queue to drain first.
+    """
+    rq_queue = make_queue(handoffs.redis, queue)
+    try:
+        wait_until(lambda: rq_queue.count == 0, args.timeout, "draining the RQ queue")
+        result.idle_latencies = idle_latencies(handoffs, key, args.latency_samples)
+    except TimeoutError as exc:
+        result.problems.append(f"idle latency samples: {exc}")
 
 
 def wait_for_lifecycle(redis: Redis, outbox: str, counter: str, args: argparse.Namespace) -> bool:
@@ -679,7 +705,7 @@ def print_report(
         for problem in two.problems:
             print(f"FAIL: {problem}")
         if not two.problems:
-            print("OK: every handoff delivered once and resumed exactly once")
+            print("OK: every handoff delivered, and its resume ran exactly once")
 
 
 # -- entry point -------------------------------------------------------------------------
@@ -717,10 +743,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the benchmark; 0 when every resume ran exactly once, 1 otherwise."""
+    """Run the benchmark; 0 when every resume ran exactly once, 1 otherwise (130 when
+    interrupted, after stopping the workers and deleting the run's keys)."""
     args = parse_args(argv)
     # Turn a SIGTERM into the same unwinding as Ctrl-C, so workers and keys are cleaned up.
     signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        return _run(args)
+    except KeyboardInterrupt:
+        print("interrupted; workers stopped and the run's keys deleted", file=sys.stderr)
+        return 130
+
+
+def _run(args: argparse.Namespace) -> int:
     tag = f"bench{uuid.uuid4().hex[:12]}"
     with contextlib.ExitStack() as cleanup:
         url = args.redis_url
