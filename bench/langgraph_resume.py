@@ -1,0 +1,264 @@
+"""LangGraph resume benchmark: the adapter's resume against a bare ``Command`` resume.
+
+Not a test: it measures and prints figures. One compiled graph (``review`` interrupts for an
+approval, ``act`` counts, back to ``review``), one SQLite checkpointer on a temporary file,
+``durability="sync"`` for both. Two threads of that graph are driven in alternating rounds:
+
+- **direct**: timed ``graph.invoke(Command(resume={interrupt_id: value}), config)``; the
+  next interrupt id comes free with the result.
+- **adapter**: the handoff is decided with ``Handoffs.decide`` (untimed: that is the
+  person's click), then timed ``worker.adapters.langgraph.resume_thread(handoff)`` called
+  in this process, which is exactly what a worker runs: the pause claim in Redis, the
+  pending-interrupt check, the same ``graph.invoke(Command(...))``, the pause bookkeeping,
+  and handing the next interrupt to a person (creating its handoff). RQ dispatch and the
+  work-horse fork are not timed (``bench/lifecycle.py`` measures those).
+
+The adapter's figure over the direct one is the overhead ratio; the target is <= 1.5x.
+It uses a fresh random namespace and deletes only its keys, so it is safe to point at a
+Redis that holds other data.
+
+Run from the repository root::
+
+    .venv/bin/python -m bench.langgraph_resume                 # embedded server
+    .venv/bin/python -m bench.langgraph_resume --redis-url redis://127.0.0.1:6379
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import operator
+import os
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, TypedDict
+
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import Command, interrupt
+from redis import Redis
+
+from bot.embedded import start_embedded_redis
+from store.keys import KeySpace
+from store.models import Handoff
+from worker.adapters.langgraph import LangGraphHandoffs, resume_thread
+from worker.adapters.pauses import forget_built
+from worker.client import Handoffs
+
+RATIO_TARGET = 1.5
+"""Adapter resume time over direct resume time that the design aims for (at most)."""
+
+CHECKPOINTS_ENV = "BENCH_LANGGRAPH_CHECKPOINTS"
+"""Environment variable naming the SQLite file the benchmark graph checkpoints to."""
+
+GRAPH_FACTORY = "bench.langgraph_resume:build_graph"
+
+
+class LoopState(TypedDict, total=False):
+    done: Annotated[list[int], operator.add]
+    limit: int
+
+
+def _review(state: LoopState) -> LoopState:
+    interrupt({"action": "issue_refund", "args": {"order_id": f"A-{len(state.get('done', []))}"}})
+    return {}
+
+
+def _act(state: LoopState) -> LoopState:
+    return {"done": [len(state.get("done", []))]}
+
+
+def _next(state: LoopState) -> str:
+    return END if len(state.get("done", [])) >= state["limit"] else "review"
+
+
+def build_graph() -> Any:
+    """The benchmark graph: review (interrupt) → act → review ... until ``limit`` acts."""
+    builder = StateGraph(LoopState)
+    builder.add_node("review", _review)
+    builder.add_node("act", _act)
+    builder.add_edge(START, "review")
+    builder.add_edge("review", "act")
+    builder.add_conditional_edges("act", _next, ["review", END])
+    conn = sqlite3.connect(os.environ[CHECKPOINTS_ENV], check_same_thread=False)
+    return builder.compile(checkpointer=SqliteSaver(conn))
+
+
+@dataclass
+class Samples:
+    """Seconds per resume, wall-clock and CPU (this process, all threads)."""
+
+    wall: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
+
+
+class TimedHandoffs(Handoffs):
+    """``Handoffs`` that adds up the wall time spent creating handoffs (the adapter's
+    hand-off of the next interrupt), to break the adapter's figure down."""
+
+    creating = 0.0
+
+    def request(self, *args: Any, **kwargs: Any) -> Handoff:
+        started = time.perf_counter()
+        try:
+            return super().request(*args, **kwargs)
+        finally:
+            self.creating += time.perf_counter() - started
+
+
+def run(redis: Redis, rounds: int, warmup: int) -> tuple[Samples, Samples, list[float]]:
+    """Time ``rounds`` resumes each way (after ``warmup``): direct, adapter, and the part
+    of each adapter resume spent creating the next handoff."""
+    namespace = f"benchlg{uuid.uuid4().hex[:10]}"
+    handoffs = TimedHandoffs(redis, namespace=namespace)
+    adapter = LangGraphHandoffs(handoffs, GRAPH_FACTORY)
+    total = rounds + warmup
+    try:
+        graph = adapter.graph
+        direct_config = {"configurable": {"thread_id": "direct"}}
+        result = graph.invoke({"limit": total}, direct_config, durability="sync")
+        interrupt_id = result["__interrupt__"][0].id
+        [pending] = adapter.start({"limit": total}, thread_id="adapter").handoffs
+
+        direct, through_adapter, creating = Samples(), Samples(), []
+        for i in range(total):
+            resume: Command[Any] = Command(resume={interrupt_id: {"type": "approve"}})
+            wall, cpu = time.perf_counter(), time.process_time()
+            result = graph.invoke(resume, direct_config, durability="sync")
+            direct_wall, direct_cpu = time.perf_counter() - wall, time.process_time() - cpu
+            if i + 1 < total:
+                interrupt_id = result["__interrupt__"][0].id
+
+            decided = handoffs.decide(pending.id, "approved", by="U_BENCH")
+            handoffs.creating = 0.0
+            wall, cpu = time.perf_counter(), time.process_time()
+            resume_thread(decided, handoffs=handoffs)
+            adapter_wall, adapter_cpu = time.perf_counter() - wall, time.process_time() - cpu
+            if i + 1 < total:
+                [pending] = handoffs.list_pending().items
+
+            if i >= warmup:
+                direct.wall.append(direct_wall)
+                direct.cpu.append(direct_cpu)
+                through_adapter.wall.append(adapter_wall)
+                through_adapter.cpu.append(adapter_cpu)
+                creating.append(handoffs.creating)
+        _check_same_run(graph, direct_config, total)
+        _check_same_run(graph, {"configurable": {"thread_id": "adapter"}}, total)
+        return direct, through_adapter, creating
+    finally:
+        delete_namespace(redis, namespace)
+
+
+def delete_namespace(redis: Redis, namespace: str) -> None:
+    """Delete every key of ``namespace`` (``{ns}:*``), and nothing else."""
+    # Braces are literal in Redis glob patterns; the random namespace has no * ? [ or \.
+    keys = list(redis.scan_iter(match=f"{KeySpace(namespace).prefix}*", count=1000))
+    for first in range(0, len(keys), 1000):
+        redis.unlink(*keys[first : first + 1000])
+
+
+def _check_same_run(graph: Any, config: dict[str, Any], total: int) -> None:
+    done = graph.get_state(config).values["done"]
+    if done != list(range(total)):
+        raise AssertionError(f"thread {config} did not run every step once: {done}")
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:7.2f} ms"
+
+
+def report(
+    server: str,
+    checkpoints: Path,
+    rounds: int,
+    warmup: int,
+    direct: Samples,
+    adapter: Samples,
+    creating: list[float],
+) -> bool:
+    """Print the figures; True when the wall-clock median ratio meets the target."""
+    median = statistics.median
+
+    def row(name: str, samples: Samples) -> str:
+        ordered = sorted(samples.wall)
+        p90 = ordered[int(0.9 * (len(ordered) - 1))]
+        return (
+            f"  {name:<8}{_ms(median(samples.wall))}  {_ms(p90)}  "
+            f"{_ms(statistics.fmean(samples.wall))}  {_ms(median(samples.cpu))}"
+        )
+
+    ratio = median(adapter.wall) / median(direct.wall)
+    ratio_cpu = median(adapter.cpu) / median(direct.cpu)
+    without_handoff = [a - c for a, c in zip(adapter.wall, creating, strict=True)]
+    ratio_resume_only = median(without_handoff) / median(direct.wall)
+    ok = ratio <= RATIO_TARGET
+    load = ", ".join(f"{v:.1f}" for v in os.getloadavg())
+    print("LangGraph resume: through the adapter vs graph.invoke(Command(resume=...)) directly")
+    print(f"  redis: {server}; load average {load} on {os.cpu_count()} cores")
+    print(f"  checkpointer: SqliteSaver on {checkpoints}, durability='sync' for both")
+    print("  graph: review (interrupt) -> act -> review ..., two threads, rounds alternate")
+    print("  timed, per resume, in this process:")
+    print("    direct  = graph.invoke(Command(resume={interrupt_id: value}), config)")
+    print("    adapter = resume_thread(decided_handoff): what a worker runs (pause claim,")
+    print("              pending-interrupt check, the same invoke, bookkeeping, and the next")
+    print("              interrupt handed to a person); not timed: the decision itself,")
+    print("              RQ dispatch, the work-horse fork")
+    print(f"  rounds: {rounds} each way, after {warmup} warm-up rounds")
+    print(f"  {'':<8}{'median':>10}  {'p90':>10}  {'mean':>10}  {'cpu median':>10}")
+    print(row("direct", direct))
+    print(row("adapter", adapter))
+    print(
+        f"  adapter adds {(median(adapter.wall) - median(direct.wall)) * 1000:.2f} ms per "
+        f"resume (median), of which {median(creating) * 1000:.2f} ms create the next handoff"
+    )
+    verdict = "OK" if ok else "ABOVE TARGET"
+    print(
+        f"  ratio adapter/direct: {ratio:.2f}x wall median   (target <= {RATIO_TARGET}x: {verdict})"
+    )
+    print(
+        f"                        {ratio_cpu:.2f}x cpu median, {ratio_resume_only:.2f}x wall "
+        "median without creating the next handoff"
+    )
+    return ok
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """Command-line options."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--redis-url", default=None, help="Redis to use (default: embedded)")
+    parser.add_argument("--rounds", type=int, default=200, help="timed resumes each way")
+    parser.add_argument("--warmup", type=int, default=20, help="untimed resumes first")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; 0 when the ratio meets the target, 1 otherwise."""
+    args = parse_args(argv)
+    with contextlib.ExitStack() as cleanup, tempfile.TemporaryDirectory() as folder:
+        checkpoints = Path(folder) / "checkpoints.sqlite"
+        os.environ[CHECKPOINTS_ENV] = str(checkpoints)
+        forget_built()
+        url = args.redis_url
+        if url:
+            server = url
+        else:
+            embedded = start_embedded_redis()
+            cleanup.callback(embedded.stop)
+            url = embedded.connection_url
+            server = f"embedded server at {url}"
+        redis = Redis.from_url(url)
+        cleanup.callback(redis.close)
+        direct, adapter, creating = run(redis, args.rounds, args.warmup)
+        ok = report(server, checkpoints, args.rounds, args.warmup, direct, adapter, creating)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Runnable examples of the framework adapters; see each module's docstring."""
