@@ -104,7 +104,8 @@ class WorkerProcesses:
         return process
 
     def kill(self, process: subprocess.Popen[bytes]) -> None:
-        """SIGKILL the worker, its work horse and its dispatcher at once."""
+        """SIGKILL the worker and its dispatcher (RQ runs a work horse in a process group of
+        its own: a test that needs it dead kills it by pid)."""
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         process.wait(timeout=10)

@@ -90,7 +90,7 @@ def test_reminder_scheduled_before_a_worker_restart_fires_once(slack: SlackEnv) 
     )
     primary = slack.posted(handoff.id)
     [worker] = [p for p in slack.processes if p.args[3] == "worker"]
-    slack.kill(worker)  # SIGKILL: worker, work horse and dispatcher
+    slack.kill(worker)  # SIGKILL: worker and dispatcher (no job is running now)
     time.sleep(2.5)  # the reminder falls due while no worker runs
     assert _bot_replies(slack, CHANNEL, primary.ts) == []
 
