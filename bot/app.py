@@ -52,15 +52,7 @@ def create_app(settings: Settings, *, redis: Redis, client: WebClient | None = N
         logger=logging.getLogger("bot.bolt"),
     )
     store = HandoffStore(redis, settings.store_config())
-    reviewers = ReviewerPolicy(
-        client,
-        redis,
-        store.keys,
-        admins=settings.admin_ids,
-        default_reviewers=settings.default_reviewer_ids,
-        block_self_approval=settings.block_self_approval,
-        cache_seconds=settings.usergroup_cache_seconds,
-    )
+    reviewers = ReviewerPolicy.from_settings(settings, client, redis, store.keys)
     admins = AdminPolicy(client, redis, BotKeys(store.keys), admins=settings.admin_ids)
     register(
         app,

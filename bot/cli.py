@@ -88,15 +88,7 @@ def _notifier(settings: Settings) -> Notifier:
     client = make_web_client(settings)
     redis = Redis.from_url(_require_redis_url(settings))
     store = HandoffStore(redis, settings.store_config())
-    policy = ReviewerPolicy(
-        client,
-        redis,
-        store.keys,
-        admins=settings.admin_ids,
-        default_reviewers=settings.default_reviewer_ids,
-        block_self_approval=settings.block_self_approval,
-        cache_seconds=settings.usergroup_cache_seconds,
-    )
+    policy = ReviewerPolicy.from_settings(settings, client, redis, store.keys)
 
     def refresh(handoff: Handoff) -> None:
         refresh_homes(client, store, policy, handoff, command=settings.slash_command)

@@ -11,6 +11,7 @@ from redis import Redis
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError
 
+from bot.config import Settings
 from store.keys import KeySpace
 from store.models import Handoff
 
@@ -39,6 +40,21 @@ class ReviewerPolicy:
         self.default_reviewers = list(default_reviewers)
         self.block_self_approval = block_self_approval
         self.cache_seconds = cache_seconds
+
+    @classmethod
+    def from_settings(
+        cls, settings: Settings, client: WebClient, redis: Redis, keys: KeySpace
+    ) -> ReviewerPolicy:
+        """The policy the settings describe (admins, default reviewers, self-approval)."""
+        return cls(
+            client,
+            redis,
+            keys,
+            admins=settings.admin_ids,
+            default_reviewers=settings.default_reviewer_ids,
+            block_self_approval=settings.block_self_approval,
+            cache_seconds=settings.usergroup_cache_seconds,
+        )
 
     def denial(self, user_id: str, handoff: Handoff, *, channel: str | None = None) -> str | None:
         """Why ``user_id`` may not decide ``handoff``, or None when they may.
