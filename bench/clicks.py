@@ -1,15 +1,20 @@
 """Click benchmark: signed approve clicks against ``handoff serve`` and a bare Bolt app.
 
 Not a test: it measures and prints figures. In one run it starts the local Slack stand-in
-(in this process), ``handoff serve`` and one ``handoff worker`` (subprocesses), creates
-approval handoffs and waits until the worker has posted each one. It then sends the same
-signed ``block_actions`` bodies, one approve click per handoff, from ``--concurrency``
-threads with persistent HTTP connections, first to a bare Bolt app that only acks
-(``bench.bare_bolt_app``, under gunicorn with the same workers and threads), then to
-``handoff serve``. Each server gets a warm-up first. It prints req/s, p50 and p99 of both,
-their ratio, and how long after a click's response the resume target started, under that
-load and for clicks sent one at a time on an idle worker. Targets: ratio >= 0.6, p99 of
-``handoff serve`` < 100 ms, median click -> resume start < 50 ms.
+(in this process), ``handoff serve``, a bare Bolt app whose only listener acks
+(``bench.bare_bolt_app``, under gunicorn with the same workers and threads) and one
+``handoff worker`` (subprocesses). It creates approval handoffs, waits until the worker has
+posted each one, and records the signed ``block_actions`` body of the click that approves
+it. After a warm-up of both servers it sends those bodies, one click per handoff, from
+``--concurrency`` threads with persistent HTTP connections: in ``--rounds`` rounds, each
+a share to the bare app and the same share to ``handoff serve`` (alternating which goes
+first, so both see the same background load on a shared machine). Then a few clicks go
+one at a time to idle workers.
+
+It prints req/s, p50 and p99 of both servers, their ratio, the CPU time each process
+spent per click, and how long after a click's response its resume target started, under
+load and idle (with where the idle time goes, from the audit trail). Targets: ratio
+>= 0.6, ``handoff serve`` p99 < 100 ms, median click -> resume start < 50 ms.
 
 Everything goes into a fresh random namespace and RQ queue, deleted at the end (only
 those keys: it never flushes, so it is safe on a Redis that holds other data). It exits
@@ -50,6 +55,8 @@ from pathlib import Path
 from types import FrameType
 
 from redis import Redis
+from rq import Queue, Worker
+from rq.registry import StartedJobRegistry
 from slack_sdk.signature import SignatureVerifier
 
 from bench.click_targets import RESUME_TARGET, started_key
@@ -61,6 +68,7 @@ from bot.server import EVENTS_PATH, HEALTH_PATH
 from bot.standin import SlackStandIn, StandInUser
 from store.models import Handoff, Status, TaskState
 from worker.client import Handoffs
+from worker.runner import make_queue
 
 ROOT = Path(__file__).resolve().parent.parent
 """Repository root: the subprocesses' working directory and PYTHONPATH."""
@@ -87,9 +95,12 @@ PROGRESS_EVERY_SECONDS = 5.0
 SETUP_THREADS = 8
 """Threads that create handoffs and record click bodies (setup only, not measured)."""
 GET_BATCH = 500
+"""Handoffs read per round trip when checking on many of them."""
 OTHER_LOAD_WARNING_CPUS = 0.2
 """Average CPUs used by unrelated processes during a run above which a warning is printed."""
 BARE_APP = "bench.bare_bolt_app:application"
+"""The baseline's WSGI callable, as gunicorn names it."""
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 # -- the processes under test -----------------------------------------------------------
@@ -165,9 +176,10 @@ def server_env(redis_url: str, api_url: str, namespace: str, queue: str) -> dict
         for name, value in os.environ.items()
         if not name.startswith(("SLACK_", "HANDOFF_", "REDIS_URL"))
     }
+    python_path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
     return {
         **inherited,
-        "PYTHONPATH": str(ROOT),
+        "PYTHONPATH": python_path,
         "REDIS_URL": redis_url,
         "SLACK_BOT_TOKEN": BOT_TOKEN,
         "SLACK_SIGNING_SECRET": SIGNING_SECRET,
@@ -220,7 +232,8 @@ def wait_for_workers(redis: Redis, processes: Processes, worker_names: Sequence[
     deadline = time.monotonic() + START_TIMEOUT_SECONDS
     while time.monotonic() < deadline:
         processes.check_alive()
-        if redis.exists(*(f"rq:worker:{name}" for name in worker_names)) == len(worker_names):
+        keys = [Worker.redis_worker_namespace_prefix + name for name in worker_names]
+        if redis.exists(*keys) == len(keys):
             return
         time.sleep(0.1)
     raise RuntimeError(f"the workers did not start:\n{processes.log_tail(worker_names[0])}")
@@ -326,6 +339,16 @@ class ClickRun:
         """How many clicks got each status other than 200."""
         return Counter(s for s in self.statuses if s != 200)
 
+    @classmethod
+    def combine(cls, runs: Sequence[ClickRun]) -> ClickRun:
+        """Several runs as one: their clicks in order, their sending times added up."""
+        return cls(
+            seconds=sum(run.seconds for run in runs),
+            latencies_ms=[v for run in runs for v in run.latencies_ms],
+            answered_at=[v for run in runs for v in run.answered_at],
+            statuses=[v for run in runs for v in run.statuses],
+        )
+
 
 def signed_headers(bodies: Sequence[bytes]) -> list[dict[str, str]]:
     """Slack's request headers for each body, signed with the current time.
@@ -422,18 +445,24 @@ class Recorder:
 
 
 def wait_until_quiet(rig: Rig, expected: int) -> bool:
-    """Wait until ``expected`` resumes ran and the outbox is empty (every resume and
-    message update finished); False after ``--timeout`` seconds."""
+    """Wait until ``expected`` resumes ran, the outbox is empty (every resume and message
+    update finished) and RQ holds no job (a duplicate the dispatcher re-enqueued would
+    hold up the next click's jobs); False after ``--timeout`` seconds."""
     outbox = rig.handoffs.store.keys.outbox
+    started_jobs = StartedJobRegistry(queue=rig.queue)
     deadline = time.monotonic() + rig.args.timeout
     next_report = time.monotonic() + PROGRESS_EVERY_SECONDS
     while time.monotonic() < deadline:
         rig.processes.check_alive()
         resumed, outstanding = rig.recorder.runs(), int(rig.redis.zcard(outbox))
-        if resumed >= expected and outstanding == 0:
+        jobs = rig.queue.count + started_jobs.count
+        if resumed >= expected and outstanding == 0 and jobs == 0:
             return True
         if time.monotonic() >= next_report:
-            progress(f"resumed {resumed:,}/{expected:,}, {outstanding:,} tasks outstanding")
+            progress(
+                f"resumed {resumed:,}/{expected:,}, {outstanding:,} tasks outstanding, "
+                f"{jobs:,} RQ jobs queued or running"
+            )
             next_report += PROGRESS_EVERY_SECONDS
         time.sleep(POLL_SECONDS)
     return False
@@ -476,6 +505,8 @@ class IdleStages:
     """Where an idle click's time to resume goes, per sample, in ms. Audit times are the
     Redis server's clock in whole ms; the target's start is this machine's clock."""
 
+    to_update_job: list[float] = field(default_factory=list)
+    """Decision committed -> message update job started (its lease taken)."""
     to_resume_job: list[float] = field(default_factory=list)
     """Decision committed -> resume job started (its lease taken, in the work horse)."""
     job_to_target: list[float] = field(default_factory=list)
@@ -496,7 +527,9 @@ class IdleStages:
             stages.to_resume_job.append((first["resume_started"] - first["decided"]) * 1000)
             stages.job_to_target.append((started[handoff_id] - first["resume_started"]) * 1000)
             update = first.get("update_started")
-            stages.update_first += update is not None and update < first["resume_started"]
+            if update is not None:
+                stages.to_update_job.append((update - first["decided"]) * 1000)
+                stages.update_first += update < first["resume_started"]
         return stages
 
 
@@ -527,9 +560,6 @@ def machine_busy_seconds() -> float:
     return (sum(cpu) - idle) / _CLOCK_TICKS
 
 
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
 def redis_cpu_seconds(redis: Redis) -> float:
     """CPU seconds the Redis server has used (INFO cpu); on a shared server this includes
     the work of its other clients."""
@@ -549,20 +579,32 @@ class CpuMeter:
 
     @contextlib.contextmanager
     def measure(self) -> Iterator[None]:
-        """Record CPU use over the ``with`` block (this process is "client + stand-in")."""
+        """Add the CPU used over the ``with`` block (this process is "client + stand-in")."""
         before = {name: clock() for name, clock in self.clocks.items()}
         own, machine, started = time.process_time(), machine_busy_seconds(), time.monotonic()
         yield
-        self.seconds = time.monotonic() - started
-        self.used = {name: clock() - before[name] for name, clock in self.clocks.items()}
-        self.used["client + stand-in"] = time.process_time() - own
-        self.used["others"] = max(0.0, machine_busy_seconds() - machine - sum(self.used.values()))
+        used = {name: clock() - before[name] for name, clock in self.clocks.items()}
+        used["client + stand-in"] = time.process_time() - own
+        used["others"] = max(0.0, machine_busy_seconds() - machine - sum(used.values()))
+        self.seconds += time.monotonic() - started
+        for name, seconds in used.items():
+            self.used[name] = self.used.get(name, 0.0) + seconds
 
     def describe(self, clicks: int) -> str:
         """``serve 1.20 ms, worker0 3.10 ms, ...`` of CPU per click."""
         return ", ".join(
             f"{name} {seconds * 1000 / clicks:.2f} ms" for name, seconds in self.used.items()
         )
+
+    def own_ms_per_click(self, clicks: int) -> float:
+        """CPU ms per click of the run's own processes (everything but "others").
+
+        On a machine the run has to itself and keeps busy, req/s is about the number of
+        CPUs over this, so the ratio of two servers' figures estimates their req/s ratio
+        without the noise of other work on a shared machine.
+        """
+        own = sum(seconds for name, seconds in self.used.items() if name != "others")
+        return own * 1000 / clicks
 
     @property
     def others_busy(self) -> float:
@@ -629,17 +671,22 @@ class Results:
     server: str
     bare: ClickRun
     serve: ClickRun
+    round_ratios: list[float]
+    """``handoff serve`` req/s over bare Bolt req/s in each round."""
     bare_cpu: CpuMeter
     serve_cpu: CpuMeter
     loaded_resume_ms: list[float]
+    drain_seconds: float
+    """From the first measured click on ``handoff serve`` until every resume and message
+    update it caused had finished."""
+    jobs_run: int
+    """RQ jobs the workers ran in the whole run, duplicates included."""
+    tasks: int
+    """Deliveries, resumes and message updates the run needed."""
     idle_resume_ms: list[float]
     idle_response_ms: list[float]
     idle_stages: IdleStages
     problems: list[str]
-
-
-def _print_target(label: str, shown: str, target: str, met: bool) -> None:
-    print(f"    {label:<34}{shown:>12}   ({target:<9}) {'met' if met else 'NOT met'}")
 
 
 def _latency(values: Sequence[float]) -> str:
@@ -650,36 +697,56 @@ def _latency(values: Sequence[float]) -> str:
 
 
 def print_report(results: Results, args: argparse.Namespace) -> None:
-    """The figures, each next to its target."""
-    bare, serve = results.bare, results.serve
-    ratio = serve.rate / bare.rate
-    p99 = percentile(serve.latencies_ms, 0.99)
+    """The figures, each next to its target, then the checks' verdict."""
     print(f"\nslack-handoff click benchmark — {results.server}")
     print(
-        f"  {len(serve.statuses):,} approve clicks per server, {args.concurrency} client threads "
-        f"(persistent connections); gunicorn gthread {args.serve_workers} workers x "
-        f"{args.threads} threads; {args.workers} `handoff worker`; {os.cpu_count()} CPUs"
+        f"  {len(results.serve.statuses):,} approve clicks per server in {args.rounds} "
+        f"alternating rounds from {args.concurrency} client threads (persistent connections); "
+        f"gunicorn gthread {args.serve_workers} workers x {args.threads} threads; "
+        f"{args.workers} `handoff worker`; {os.cpu_count()} CPUs"
     )
+    _print_servers(results)
+    _print_targets(results)
+    _print_resumes(results, args)
+    for problem in results.problems:
+        print(f"FAIL: {problem}")
+    if not results.problems:
+        print("\nOK: every click answered 200; every handoff decided once and resumed once")
+
+
+def _print_servers(results: Results) -> None:
     print(f"\n  {'server':<16}{'req/s':>9}{'p50':>11}{'p99':>11}{'max':>11}")
-    for name, run in (("bare Bolt", bare), ("handoff serve", serve)):
+    for name, run in (("bare Bolt", results.bare), ("handoff serve", results.serve)):
+        p50, p99 = percentile(run.latencies_ms, 0.5), percentile(run.latencies_ms, 0.99)
         print(
-            f"  {name:<16}{run.rate:>9,.0f}"
-            f"{percentile(run.latencies_ms, 0.5):>8.1f} ms"
-            f"{percentile(run.latencies_ms, 0.99):>8.1f} ms"
+            f"  {name:<16}{run.rate:>9,.0f}{p50:>8.1f} ms{p99:>8.1f} ms"
             f"{max(run.latencies_ms):>8.1f} ms"
         )
+    shown = "  ".join(f"{r:.2f}" for r in results.round_ratios)
+    print(f"  ratio handoff serve / bare Bolt per round: {shown}")
     print("\n  CPU time per click")
     for name, meter, run in (
-        ("bare Bolt", results.bare_cpu, bare),
-        ("handoff serve", results.serve_cpu, serve),
+        ("bare Bolt", results.bare_cpu, results.bare),
+        ("handoff serve", results.serve_cpu, results.serve),
     ):
-        print(f"    {name + ' run:':<19}{meter.describe(len(run.statuses))}")
+        print(f"    {name + ' rounds:':<22}{meter.describe(len(run.statuses))}")
+    bare_ms = results.bare_cpu.own_ms_per_click(len(results.bare.statuses))
+    serve_ms = results.serve_cpu.own_ms_per_click(len(results.serve.statuses))
+    print(
+        f"    all of the run's processes: bare Bolt {bare_ms:.2f} ms, handoff serve "
+        f"{serve_ms:.2f} ms; ratio if CPU-bound: {bare_ms / serve_ms:.2f}"
+    )
     busiest = max(results.bare_cpu.others_busy, results.serve_cpu.others_busy)
     if busiest >= OTHER_LOAD_WARNING_CPUS:
         print(
-            f"  WARNING: unrelated processes kept {busiest:.1f} CPUs busy during a measured run; "
-            "the figures are skewed"
+            f"  WARNING: unrelated processes kept {busiest:.1f} CPUs busy while measuring; "
+            "the rates are skewed (the CPU times per click much less)"
         )
+
+
+def _print_targets(results: Results) -> None:
+    ratio = results.serve.rate / results.bare.rate
+    p99 = percentile(results.serve.latencies_ms, 0.99)
     print("\n  targets")
     _print_target(
         "ratio handoff serve / bare Bolt",
@@ -694,31 +761,52 @@ def print_report(results: Results, args: argparse.Namespace) -> None:
         ("click -> resume p50, under load", results.loaded_resume_ms),
         ("click -> resume p50, idle", results.idle_resume_ms),
     ):
-        p50 = percentile(values, 0.5) if values else math.inf
+        if not values:
+            _print_target(label, "-", f"< {RESUME_P50_TARGET_MS:.0f} ms", None)
+            continue
+        p50 = percentile(values, 0.5)
         _print_target(
             label, f"{p50:.1f} ms", f"< {RESUME_P50_TARGET_MS:.0f} ms", p50 < RESUME_P50_TARGET_MS
         )
+
+
+def _print_target(label: str, shown: str, target: str, met: bool | None) -> None:
+    verdict = "not measured" if met is None else "met" if met else "NOT met"
+    print(f"    {label:<34}{shown:>12}   ({target:<9}) {verdict}")
+
+
+def _print_resumes(results: Results, args: argparse.Namespace) -> None:
+    clicks = len(results.serve.statuses)
+    print(
+        f"\n  {args.workers} worker(s) finished the measured clicks' resumes and message "
+        f"updates in {results.drain_seconds:.1f} s ({clicks / results.drain_seconds:,.1f} clicks/s)"
+    )
+    print(
+        f"  RQ jobs run: {results.jobs_run:,} for {results.tasks:,} tasks "
+        f"({results.jobs_run - results.tasks:,} more: duplicates the dispatcher re-enqueued)"
+    )
+    burst = math.ceil(clicks / args.rounds)
     print("\n  click -> resume start")
     rows = (
-        (f"under load ({len(results.loaded_resume_ms):,})", results.loaded_resume_ms),
+        (f"under load ({burst:,}-click bursts)", results.loaded_resume_ms),
         (f"idle, one by one ({len(results.idle_resume_ms)})", results.idle_resume_ms),
         ("idle click's own response", results.idle_response_ms),
     )
     for label, values in rows:
-        print(f"    {label:<30}{_latency(values)}")
+        print(f"    {label:<32}{_latency(values)}")
     stages = results.idle_stages
     if stages.to_resume_job:
-        print("  idle click stages")
-        print(f"    {'decided -> resume job started':<30}{_latency(stages.to_resume_job)}")
-        print(f"    {'resume job -> target started':<30}{_latency(stages.job_to_target)}")
+        print("  where an idle click's time goes")
+        for label, values in (
+            ("decided -> update job started", stages.to_update_job),
+            ("decided -> resume job started", stages.to_resume_job),
+            ("resume job -> target started", stages.job_to_target),
+        ):
+            print(f"    {label:<32}{_latency(values)}")
         print(
-            f"    message update job started first in {stages.update_first} "
+            f"    the message update job started first in {stages.update_first} "
             f"of {len(stages.to_resume_job)} samples"
         )
-    for problem in results.problems:
-        print(f"FAIL: {problem}")
-    if not results.problems:
-        print("\nOK: every click answered 200; every handoff decided once and resumed once")
 
 
 # -- entry point -------------------------------------------------------------------------
@@ -732,6 +820,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--clicks", type=int, default=3000, help="measured clicks per server")
     parser.add_argument("--concurrency", type=int, default=16, help="client threads")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="alternating rounds the clicks are split into"
+    )
     parser.add_argument("--warmup", type=int, default=300, help="warm-up clicks per server")
     parser.add_argument(
         "--idle-samples", type=int, default=20, help="clicks sent one by one at the end"
@@ -753,10 +844,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--keep-logs", action="store_true", help="keep the servers' and worker's logs"
     )
     args = parser.parse_args(argv)
-    if min(args.clicks, args.concurrency, args.warmup, args.serve_workers, args.threads) < 1:
-        parser.error("--clicks, --concurrency, --warmup, --serve-workers, --threads must be >= 1")
-    if args.workers < 1:
-        parser.error("--workers must be >= 1")
+    sizes = ("clicks", "concurrency", "rounds", "warmup", "serve_workers", "threads", "workers")
+    if min(getattr(args, name) for name in sizes) < 1:
+        parser.error(f"{', '.join('--' + n.replace('_', '-') for n in sizes)} must be >= 1")
     if args.idle_samples < 0:
         parser.error("--idle-samples must be >= 0")
     return args
@@ -772,9 +862,21 @@ class Rig:
     recorder: Recorder
     standin: SlackStandIn
     processes: Processes
+    queue: Queue
     serve_port: int
     bare_port: int
     worker_names: list[str]
+
+    def jobs_run(self) -> int:
+        """RQ jobs the workers have run so far (finished or failed)."""
+        total = 0
+        for name in self.worker_names:
+            worker = Worker.find_by_key(
+                Worker.redis_worker_namespace_prefix + name, connection=self.redis
+            )
+            if worker is not None:
+                total += worker.successful_job_count + worker.failed_job_count
+        return total
 
     def cpu_clocks(self, *names: str) -> dict[str, Callable[[], float]]:
         """CPU clocks of the processes ``names``, of every worker and of Redis."""
@@ -834,6 +936,7 @@ def start_rig(
         recorder=Recorder(redis, bench_key(namespace, "clicks")),
         standin=standin,
         processes=processes,
+        queue=make_queue(redis, queue),
         serve_port=serve_port,
         bare_port=bare_port,
         worker_names=worker_names,
@@ -854,51 +957,101 @@ def prepare_clicks(rig: Rig) -> tuple[list[str], list[bytes]]:
     return ids, bodies
 
 
+@dataclass
+class Rounds:
+    """The measured clicks of both servers, round by round."""
+
+    bare: list[ClickRun] = field(default_factory=list)
+    serve: list[ClickRun] = field(default_factory=list)
+    bare_cpu: CpuMeter = field(default_factory=lambda: CpuMeter({}))
+    serve_cpu: CpuMeter = field(default_factory=lambda: CpuMeter({}))
+    loaded_resume_ms: list[float] = field(default_factory=list)
+    drain_seconds: float = 0.0
+    finished: bool = True
+
+
+def run_rounds(rig: Rig, ids: Sequence[str], bodies: Sequence[bytes], resumed: int) -> Rounds:
+    """Send the measured clicks in ``--rounds`` rounds, each a share to the bare app and
+    the same share to ``handoff serve``, alternating which goes first.
+
+    Alternating short rounds expose both servers to the same background load (this
+    machine is shared), where one long run each would not. Every round starts with idle
+    workers: after ``handoff serve``'s share it waits until all its resumes and message
+    updates are done. ``resumed`` is how many resumes ran before.
+    """
+    args = rig.args
+    rounds = Rounds(
+        bare_cpu=CpuMeter(rig.cpu_clocks("bare", "serve")),
+        serve_cpu=CpuMeter(rig.cpu_clocks("serve")),
+    )
+    size = math.ceil(len(ids) / args.rounds)
+    for number, first in enumerate(range(0, len(ids), size)):
+        share = slice(first, first + size)
+        order = ("bare", "serve") if number % 2 == 0 else ("serve", "bare")
+        for name in order:
+            if name == "bare":
+                with rounds.bare_cpu.measure():
+                    run = send_clicks(rig.bare_port, bodies[share], args.concurrency)
+                rounds.bare.append(run)
+                progress(f"round {number + 1}: bare Bolt {run.rate:,.0f} req/s")
+                continue
+            started = time.monotonic()
+            with rounds.serve_cpu.measure():
+                run = send_clicks(rig.serve_port, bodies[share], args.concurrency)
+            rounds.serve.append(run)
+            progress(f"round {number + 1}: handoff serve {run.rate:,.0f} req/s; resuming")
+            resumed += len(run.statuses)
+            if not wait_until_quiet(rig, resumed):
+                rounds.finished = False
+                return rounds
+            rounds.drain_seconds += time.monotonic() - started
+            rounds.loaded_resume_ms += click_to_resume_ms(ids[share], run, rig.recorder.started())
+    return rounds
+
+
 def measure(rig: Rig, ids: list[str], bodies: list[bytes], server: str) -> Results:
-    """Run both servers' warm-ups and measured clicks, then the idle samples; check."""
+    """Warm both servers up, run the measured rounds, then the idle samples; check."""
     args = rig.args
     warm, measured = slice(0, args.warmup), slice(args.warmup, args.warmup + args.clicks)
     idle = slice(args.warmup + args.clicks, len(ids))
 
-    bare_cpu = CpuMeter(rig.cpu_clocks("bare", "serve"))
+    # Measure with idle workers: no delivery (or duplicate job) left in RQ.
+    if not wait_until_quiet(rig, 0):
+        raise RuntimeError("the workers did not finish the deliveries")
     send_clicks(rig.bare_port, bodies[warm], args.concurrency)
-    with bare_cpu.measure():
-        bare = send_clicks(rig.bare_port, bodies[measured], args.concurrency)
-    progress(f"bare Bolt: {bare.rate:,.0f} req/s")
-
-    serve_cpu = CpuMeter(rig.cpu_clocks("serve"))
     warm_run = send_clicks(rig.serve_port, bodies[warm], args.concurrency)
-    # Start from idle workers, as the bare app's run did.
     if not wait_until_quiet(rig, args.warmup):
         raise RuntimeError("the warm-up clicks were not all resumed")
-    with serve_cpu.measure():
-        serve = send_clicks(rig.serve_port, bodies[measured], args.concurrency)
-    progress(f"handoff serve: {serve.rate:,.0f} req/s; waiting for the resumes")
-    finished = wait_until_quiet(rig, args.warmup + args.clicks)
-    loaded = click_to_resume_ms(ids[measured], serve, rig.recorder.started())
+    rounds = run_rounds(rig, ids[measured], bodies[measured], args.warmup)
     idle_ms: list[float] = []
     idle_runs: list[ClickRun] = []
-    if finished:
+    if rounds.finished:
         idle_ms, idle_runs = idle_clicks(rig, ids[idle], bodies[idle])
 
+    jobs_run = rig.jobs_run()
     # Checked with every process stopped: a late duplicate resume would show by now.
     rig.processes.stop_all()
+    bare, serve = ClickRun.combine(rounds.bare), ClickRun.combine(rounds.serve)
     problems = [
         *check_run("bare Bolt", bare),
         *check_run("handoff serve warm-up", warm_run),
         *check_run("handoff serve", serve),
         *(p for run in idle_runs for p in check_run("handoff serve idle", run)),
     ]
-    if not finished:
+    if not rounds.finished:
         problems.append(f"not every click was resumed within {args.timeout} s")
     problems += check_handoffs(rig, ids)
     return Results(
         server=server,
         bare=bare,
         serve=serve,
-        bare_cpu=bare_cpu,
-        serve_cpu=serve_cpu,
-        loaded_resume_ms=loaded,
+        round_ratios=[s.rate / b.rate for s, b in zip(rounds.serve, rounds.bare, strict=False)],
+        bare_cpu=rounds.bare_cpu,
+        serve_cpu=rounds.serve_cpu,
+        loaded_resume_ms=rounds.loaded_resume_ms,
+        drain_seconds=rounds.drain_seconds if rounds.finished else math.nan,
+        jobs_run=jobs_run,
+        tasks=3 * len(ids),  # one delivery, then one resume and one message update each
         idle_resume_ms=idle_ms,
         idle_response_ms=[run.latencies_ms[0] for run in idle_runs],
         idle_stages=IdleStages.read(rig, ids[idle], rig.recorder.started()),
@@ -907,13 +1060,22 @@ def measure(rig: Rig, ids: list[str], bodies: list[bytes], server: str) -> Resul
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the benchmark; 0 when every check passed, 1 otherwise."""
+    """Run the benchmark; 0 when every check passed, 1 otherwise (130 when interrupted,
+    after stopping the processes and deleting the run's keys)."""
     args = parse_args(argv)
     # Turn a SIGTERM into the same unwinding as Ctrl-C, so processes and keys are cleaned up.
     signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        return _run(args)
+    except KeyboardInterrupt:
+        print("interrupted; processes stopped and the run's keys deleted", file=sys.stderr)
+        return 130
+
+
+def _run(args: argparse.Namespace) -> int:
     namespace = f"benchclicks{uuid.uuid4().hex[:12]}"  # also the RQ queue's name
     log_dir = Path(tempfile.mkdtemp(prefix="handoff-clicks-"))
-    keep_logs = True
+    keep_logs = True  # until the run has passed its checks
     with contextlib.ExitStack() as cleanup:
         cleanup.callback(lambda: _remove_logs(log_dir, keep_logs))
         url, server = _redis(args.redis_url, cleanup)

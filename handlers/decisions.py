@@ -87,7 +87,9 @@ def decide_as(
     if isinstance(loaded, Refusal):
         return loaded
     try:
-        return deps.store.decide(loaded.id, outcome, decided_by=user_id, via=via, **decision)
+        return deps.store.decide(
+            loaded.id, outcome, decided_by=user_id, via=via, current=loaded, **decision
+        )
     except AlreadyDecided:
         return Refusal(already_decided_text(deps.store.get(loaded.id)))
     except ClaimRequired:

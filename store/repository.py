@@ -320,13 +320,16 @@ class HandoffStore:
         answer: str | None = None,
         edited_args: dict[str, Any] | None = None,
         corrected_draft: str | None = None,
+        current: Handoff | None = None,
     ) -> Handoff:
         """Decide a pending handoff, exactly once, in one round trip.
 
         The status change, the audit event and the queued resume commit together. If the
         handoff is no longer pending, raises ``AlreadyDecided`` (naming who decided first)
         and changes nothing. An escalation is resolved (``answered``) only by the person
-        who claimed it.
+        who claimed it. Pass ``current`` (the handoff as just read) to skip reading the
+        decided record back: the result is then ``current`` with the decision applied
+        (its delivery/resume progress as it was read).
         """
         decision = ResumeData(
             decision_id=uuid.uuid4().hex,
@@ -350,6 +353,7 @@ class HandoffStore:
             resume=True,
             required_claimer=claimer,
             fitting_types=fitting,
+            current=current,
         )
 
     def cancel(
@@ -382,6 +386,7 @@ class HandoffStore:
         resume: bool,
         fitting_types: list[RequestType],
         required_claimer: str = "",
+        current: Handoff | None = None,
     ) -> Handoff:
         result = self._scripts["DECIDE"](
             keys=[self.keys.handoff(handoff_id)],
@@ -396,6 +401,7 @@ class HandoffStore:
                 event,
                 "1" if resume else "0",
                 " ".join(t.value for t in fitting_types),
+                "0" if current is not None else "1",
             ],
         )
         verdict = _text(result[0])
@@ -405,7 +411,17 @@ class HandoffStore:
                 decision.outcome.value,
                 extra={"handoff_id": handoff_id, "actor": decision.decided_by, "via": decision.via},
             )
-            return _handoff_from_flat(handoff_id, result[1])
+            if current is None:
+                return _handoff_from_flat(handoff_id, result[1])
+            decided_at = _ms_to_datetime(_text(result[1]))
+            return current.model_copy(
+                update={
+                    "status": decision.outcome,
+                    "resume_data": decision.model_copy(update={"decided_at": decided_at}),
+                    "decided_at": decided_at,
+                    "version": int(result[2]),
+                }
+            )
         if verdict == "missing":
             raise HandoffNotFound(handoff_id)
         if verdict == "invalid":

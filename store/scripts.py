@@ -104,7 +104,9 @@ local function close_pending(id, hkey, status, decision, actor, event, at, reten
   if resume and redis.call('HGET', hkey, 'has_resume') == '1' then
     queue_task(hkey, id, 'resume', at)
   end
-  queue_task(hkey, id, 'notify', at)
+  -- One millisecond later, so the dispatcher enqueues the resume first: the agent's run
+  -- waits on it, while the message update can follow.
+  queue_task(hkey, id, 'notify', at + 1)
   redis.call('ZADD', P .. 'retention', at + retention_ms, id)
   audit(id, event, actor, at, {status = status})
   redis.call('PUBLISH', P .. 'decided:' .. id, status)
@@ -170,6 +172,7 @@ end
 local now = now_ms()
 close_pending(id, hkey, ARGV[3], ARGV[4], ARGV[5], ARGV[8], now, tonumber(ARGV[6]),
               ARGV[9] == '1')
+if ARGV[11] == '0' then return {'ok', now, redis.call('HGET', hkey, 'version')} end
 return {'ok', redis.call('HGETALL', hkey)}
 """
 )

@@ -154,6 +154,34 @@ def test_idempotency_key_reused_for_another_run_is_a_conflict(
 # -- deciding -------------------------------------------------------------------------
 
 
+def test_deciding_with_the_loaded_handoff_returns_it_decided_without_reading_back(
+    redis: Redis, store: HandoffStore
+) -> None:
+    handoff = create(store)
+
+    decided = store.decide(handoff.id, Status.REJECTED, decided_by="U1", current=handoff)
+
+    stored = store.get(handoff.id)
+    assert decided.status is Status.REJECTED is stored.status
+    assert decided.resume_data is not None and stored.resume_data is not None
+    assert decided.resume_data.decided_by == "U1"
+    assert decided.decided_at == stored.decided_at == decided.resume_data.decided_at
+    assert decided.version == stored.version
+    assert f"resume:{handoff.id}" in outbox(redis, store)
+
+
+def test_a_decision_queues_the_resume_ahead_of_the_message_update(
+    redis: Redis, store: HandoffStore
+) -> None:
+    handoff = create(store)
+    store.decide(handoff.id, Status.APPROVED, decided_by="U1")
+
+    resume_at = redis.zscore(store.keys.outbox, f"resume:{handoff.id}")
+    notify_at = redis.zscore(store.keys.outbox, f"notify:{handoff.id}")
+    assert resume_at is not None and notify_at is not None
+    assert resume_at < notify_at
+
+
 def test_decision_closes_the_handoff_and_queues_its_resume(
     redis: Redis, store: HandoffStore
 ) -> None:
