@@ -366,15 +366,31 @@ class HandoffStore:
         via: str = "api",
     ) -> Handoff:
         """Cancel a pending handoff; by default its run is resumed with status ``cancelled``."""
+        return self._close_by_operator(
+            handoff_id, Status.CANCELLED, by=cancelled_by, via=via, resume=resume, comment=reason
+        )
+
+    def _close_by_operator(
+        self,
+        handoff_id: str,
+        outcome: Status,
+        *,
+        by: str,
+        via: str,
+        resume: bool,
+        comment: str | None = None,
+    ) -> Handoff:
+        """Cancel or expire: a final status any request type can take, set by the agent or
+        an admin rather than decided by a reviewer."""
         decision = ResumeData(
-            decision_id=uuid.uuid4().hex,
-            outcome=Status.CANCELLED,
-            decided_by=cancelled_by,
-            via=via,
-            comment=reason,
+            decision_id=uuid.uuid4().hex, outcome=outcome, decided_by=by, via=via, comment=comment
         )
         return self._close(
-            handoff_id, decision, event="cancelled", resume=resume, fitting_types=list(RequestType)
+            handoff_id,
+            decision,
+            event=outcome.value,
+            resume=resume,
+            fitting_types=list(RequestType),
         )
 
     def _close(
@@ -445,14 +461,8 @@ class HandoffStore:
     def expire_now(self, handoff_id: str, *, expired_by: str, via: str = "admin") -> Handoff:
         """Expire a pending handoff at once (an admin's call); its run resumes with
         ``expired``, exactly as when its deadline passes."""
-        decision = ResumeData(
-            decision_id=uuid.uuid4().hex,
-            outcome=Status.EXPIRED,
-            decided_by=expired_by,
-            via=via,
-        )
-        return self._close(
-            handoff_id, decision, event="expired", resume=True, fitting_types=list(RequestType)
+        return self._close_by_operator(
+            handoff_id, Status.EXPIRED, by=expired_by, via=via, resume=True
         )
 
     def reassign(
