@@ -24,6 +24,21 @@ ROOT = Path(__file__).resolve().parent.parent
 TEST_DB = os.environ.get("HANDOFF_TEST_REDIS_DB", "15")
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--soak",
+        action="store_true",
+        default=False,
+        help="run the reliability tests at soak size (minutes, not seconds); for manual runs",
+    )
+
+
+@pytest.fixture(scope="session")
+def soak(request: pytest.FixtureRequest) -> bool:
+    """True under ``pytest --soak``: reliability tests scale their counts up."""
+    return bool(request.config.getoption("--soak"))
+
+
 def _test_database_url(url: str) -> str:
     parsed = urlparse(url)
     if parsed.path.strip("/"):
