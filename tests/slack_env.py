@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
@@ -45,17 +45,42 @@ def free_port() -> int:
 
 
 class SlackEnv:
-    """The stand-in plus the bot's processes; ``handoffs`` is the agent side."""
+    """The stand-in plus the bot's processes; ``handoffs`` is the agent side.
 
-    def __init__(self, redis: Redis, redis_url: str, log_dir: Path) -> None:
+    ``extra_env`` is added to the processes' environment (say, HANDOFF_* settings), and
+    ``worker_args`` to every `handoff worker` command line; ``extra_users`` and
+    ``extra_usergroups`` join the workspace's members and user groups.
+    """
+
+    def __init__(
+        self,
+        redis: Redis,
+        redis_url: str,
+        log_dir: Path,
+        *,
+        extra_env: Mapping[str, str] | None = None,
+        worker_args: Sequence[str] = (),
+        extra_users: Sequence[StandInUser] = (),
+        extra_usergroups: Mapping[str, Sequence[str]] | None = None,
+    ) -> None:
         self.redis = redis
         self.redis_url = redis_url
         self.log_dir = log_dir
         self.standin = SlackStandIn(
-            signing_secret=SIGNING_SECRET, bot_token=BOT_TOKEN, users=USERS, usergroups=USERGROUPS
+            signing_secret=SIGNING_SECRET,
+            bot_token=BOT_TOKEN,
+            users=[*USERS, *extra_users],
+            usergroups={**USERGROUPS, **(extra_usergroups or {})},
         )
         self.port = free_port()
+        """The port of the first `handoff serve` (the stand-in's ``bot_url``)."""
+        self.ports: list[int] = []
+        """The ports of every `handoff serve` process started."""
+        self.extra_env = dict(extra_env or {})
+        self.worker_args = list(worker_args)
         self.processes: list[subprocess.Popen[bytes]] = []
+        self.workers: list[subprocess.Popen[bytes]] = []
+        """The `handoff worker` processes started, dead or alive."""
         self.handoffs = Handoffs(redis)
 
     @property
@@ -71,29 +96,46 @@ class SlackEnv:
             "HANDOFF_ADMINS": ADMIN,
             "HANDOFF_SWEEP_INTERVAL_SECONDS": "0.1",
             "HANDOFF_RETRY_BACKOFF_SECONDS": "0.2",
+            **self.extra_env,
         }
 
-    def start(self, *, workers: int = 1) -> None:
+    @property
+    def bot_urls(self) -> list[str]:
+        """The request URL of each `handoff serve` process (Slack's, behind a load balancer)."""
+        return [f"http://127.0.0.1:{port}/slack/events" for port in self.ports]
+
+    def start(self, *, workers: int = 1, serves: int = 1) -> None:
+        """Start the stand-in, ``serves`` `handoff serve` processes (on ports of their own;
+        the stand-in's ``bot_url`` is the first) and ``workers`` `handoff worker` processes."""
         self.standin.start()
         self.standin.bot_url = f"http://127.0.0.1:{self.port}/slack/events"
+        for index in range(serves):
+            self.start_serve(self.port if index == 0 else free_port())
+        for _ in range(workers):
+            self.start_worker()
+        for port in self.ports:
+            self._wait_healthy(port)
+
+    def start_serve(self, port: int) -> subprocess.Popen[bytes]:
+        """Start one more `handoff serve` process (one gunicorn worker, 8 threads) on ``port``."""
+        self.ports.append(port)
         self._spawn(
             "serve",
             "--host",
             "127.0.0.1",
             "--port",
-            str(self.port),
+            str(port),
             "--workers",
             "1",
             "--threads",
             "8",
         )
-        for _ in range(workers):
-            self.start_worker()
-        self._wait_healthy()
+        return self.processes[-1]
 
     def start_worker(self) -> subprocess.Popen[bytes]:
         """Start one more `handoff worker` process."""
-        self._spawn("worker", "--name", f"e2e-{time.monotonic_ns()}")
+        self._spawn("worker", "--name", f"e2e-{time.monotonic_ns()}", *self.worker_args)
+        self.workers.append(self.processes[-1])
         return self.processes[-1]
 
     def kill(self, process: subprocess.Popen[bytes]) -> None:
@@ -115,9 +157,9 @@ class SlackEnv:
             )
         )
 
-    def _wait_healthy(self, timeout: float = 30) -> None:
+    def _wait_healthy(self, port: int, timeout: float = 30) -> None:
         deadline = time.monotonic() + timeout
-        url = f"http://127.0.0.1:{self.port}/healthz"
+        url = f"http://127.0.0.1:{port}/healthz"
         while time.monotonic() < deadline:
             with suppress(OSError), urllib.request.urlopen(url, timeout=1) as response:
                 if response.status == 200:

@@ -32,6 +32,7 @@ from bot.standin import (
     SlackStandIn,
     StandInError,
     StandInUser,
+    interaction_body,
 )
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
@@ -747,6 +748,47 @@ def test_the_bot_answers_through_the_response_url(
     for _ in range(2):
         webhook.send(text="more")
     assert webhook.send(text="sixth use").body == "used_url"
+
+
+def test_a_response_url_reply_names_the_message_it_answers(
+    standin: SlackStandIn, client: WebClient, bot: RecordingBot
+) -> None:
+    first, second = post_approval(client), post_approval(client)
+    standin.click("U0BOB", standin.message("C0APPROVALS", second), "approve")
+
+    WebhookClient(bot.received[0].payload()["response_url"]).send(text="Already decided")
+
+    [ephemeral] = standin.ephemerals("U0BOB")
+    assert ephemeral.message_ts == second != first
+
+
+def test_prepared_interactions_are_sent_as_the_person_helpers_send_them(
+    standin: SlackStandIn, client: WebClient, bot: RecordingBot
+) -> None:
+    view = open_modal_on_click(standin, client, bot)
+    parent = post_approval(client)
+    click = standin.click_payload("U0BOB", standin.message("C0APPROVALS", parent), "approve")
+    submission = standin.submission_payload(
+        "U0ALICE", view, {"reason": {"value": "No"}, "severity": {"pick": "low"}}
+    )
+    reply, event = standin.message_event("U0ALICE", "C0APPROVALS", "Jane", thread_ts=parent)
+    assert len(bot.received) == 1, "preparing sends nothing"
+    assert [m.text for m in standin.thread("C0APPROVALS", parent)] == ["Jane"]
+
+    for body, kind in (
+        (interaction_body(click), "application/x-www-form-urlencoded"),
+        (interaction_body(submission), "application/x-www-form-urlencoded"),
+        (standin.event_body(event), "application/json"),
+    ):
+        assert standin.send_signed(body, content_type=kind).status == 200
+
+    sent_click, sent_submission = bot.received[1].payload(), bot.received[2].payload()
+    assert sent_click["actions"][0]["action_id"] == "approve"
+    assert sent_click["response_url"].startswith(standin.url + "response/")
+    assert sent_submission["type"] == "view_submission"
+    assert sent_submission["view"]["state"]["values"]["reason"]["value"]["value"] == "No"
+    assert bot.received[3].json()["event"]["ts"] == reply.ts
+    assert all(got.signature_valid for got in bot.received)
 
 
 def test_submit_view_sends_state_values_shaped_like_slack(

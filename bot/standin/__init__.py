@@ -15,7 +15,7 @@ from bot.standin.records import (
     StandInUser,
     View,
 )
-from bot.standin.server import SlackStandIn
+from bot.standin.server import SlackStandIn, interaction_body
 
 __all__ = [
     "ApiCall",
@@ -29,4 +29,5 @@ __all__ = [
     "StandInError",
     "StandInUser",
     "View",
+    "interaction_body",
 ]

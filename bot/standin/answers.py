@@ -115,6 +115,7 @@ def post_to_response_url(ws: Workspace, token: str, sent: Any) -> tuple[int, str
             source="response_url",
             ts=ws.next_ts(),
             thread_ts=thread_ts,
+            message_ts=target.message_ts,
         )
     )
     return 200, "ok"

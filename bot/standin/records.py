@@ -100,6 +100,8 @@ class Ephemeral:
     thread_ts: str | None = None
     updates: list[MessageVersion] = field(default_factory=list)
     deleted: bool = False
+    message_ts: str | None = None
+    """For a response_url reply: the message whose interaction it answers."""
 
 
 @dataclass

@@ -468,6 +468,32 @@ class SlackStandIn:
         the value picked in a select, overflow or radio group; ``value`` replaces a button's own
         value (to model a tampered payload). Sends a signed block_actions payload.
         """
+        return self._send_interaction(
+            self.click_payload(
+                user_id,
+                target,
+                action_id,
+                block_id=block_id,
+                value=value,
+                selected_option=selected_option,
+            )
+        )
+
+    def click_payload(
+        self,
+        user_id: str,
+        target: Message | View | Ephemeral,
+        action_id: str,
+        *,
+        block_id: str | None = None,
+        value: str | None = None,
+        selected_option: str | None = None,
+    ) -> dict[str, Any]:
+        """The block_actions payload ``click`` sends (fresh trigger_id and response_url), not sent.
+
+        For load tests that prepare many interactions and then send them at once, possibly to
+        several bot processes: ``interaction_body(payload)`` is the body to sign and POST.
+        """
         ws = self._ws
         with ws.lock:
             self._require_user(user_id)
@@ -488,7 +514,7 @@ class SlackStandIn:
                 )
             else:
                 payload = self._message_click(user_id, target, common)
-        return self._send_interaction(payload)
+        return payload
 
     def _require_visible(self, user_id: str, target: Message | View | Ephemeral) -> None:
         """Raise unless ``user_id`` can still see ``target`` (and so click in it)."""
@@ -551,6 +577,18 @@ class SlackStandIn:
         "update"/"push"/"clear" change the stack, and an empty 200 closes the modal. Anything else
         sets ``submission_error`` and leaves the modal open.
         """
+        response = self._send_interaction(self.submission_payload(user_id, view, values))
+        with self._ws.lock:
+            answers.apply_submission_answer(self._ws, self._ws.views[view.id], response)
+        return response
+
+    def submission_payload(
+        self, user_id: str, view: View, values: Mapping[str, Mapping[str, Any]]
+    ) -> dict[str, Any]:
+        """The view_submission payload ``submit_view`` sends, not sent (see ``click_payload``).
+
+        The bot's answer is not applied to the modal: the caller reads it from the response.
+        """
         ws = self._ws
         with ws.lock:
             self._require_user(user_id)
@@ -563,13 +601,9 @@ class SlackStandIn:
             current.view["state"] = {"values": copy.deepcopy(state)}
             shaped = copy.deepcopy(view.view)
             shaped["state"] = {"values": state}
-            payload = payloads.view_submission(
+            return payloads.view_submission(
                 ws, user=user_id, trigger_id=ws.issue_trigger(user_id), view=shaped
             )
-        response = self._send_interaction(payload)
-        with ws.lock:
-            answers.apply_submission_answer(ws, ws.views[view.id], response)
-        return response
 
     def close_view(self, user_id: str, view: View) -> Response | None:
         """``user_id`` dismisses their modal (the Cancel or X button).
@@ -608,6 +642,24 @@ class SlackStandIn:
         The message is recorded first, then delivered as a ``message`` event. ``bot_id`` makes
         it another app's message; ``subtype`` sets the event subtype.
         """
+        recorded, event = self.message_event(
+            user_id, channel, text, thread_ts=thread_ts, bot_id=bot_id, subtype=subtype
+        )
+        return recorded, self.send_event(event, event_id=event_id)
+
+    def message_event(
+        self,
+        user_id: str,
+        channel: str,
+        text: str,
+        *,
+        thread_ts: str | None = None,
+        bot_id: str | None = None,
+        subtype: str | None = None,
+    ) -> tuple[Message, dict[str, Any]]:
+        """Record ``user_id``'s message as ``post_message`` does and return it with its
+        ``message`` event, not delivered (``event_body(event)`` is the body to sign and POST).
+        """
         ws = self._ws
         with ws.lock:
             self._require_user(user_id)
@@ -633,8 +685,7 @@ class SlackStandIn:
                 parent_user_id=parent.user if parent else None,
                 subtype=subtype,
             )
-            snapshot = copy.deepcopy(recorded)
-        return snapshot, self.send_event(event, event_id=event_id)
+            return copy.deepcopy(recorded), event
 
     def send_app_home_opened(self, user_id: str) -> Response:
         """``user_id`` opens the bot's Home tab (the event carries the view last published)."""
@@ -655,11 +706,17 @@ class SlackStandIn:
 
     def send_event(self, event: Mapping[str, Any], *, event_id: str | None = None) -> Response:
         """Deliver any Events API ``event`` in an event_callback envelope (JSON body)."""
+        body = self.event_body(event, event_id=event_id)
+        return self.send_signed(body, content_type="application/json")
+
+    def event_body(self, event: Mapping[str, Any], *, event_id: str | None = None) -> bytes:
+        """The JSON body that delivers ``event`` in an event_callback envelope, not sent
+        (kept, so that ``resend_event`` can deliver it again by its event_id)."""
         with self._ws.lock:
             event_id = event_id or self._ws.next_id("Ev")
             body = json.dumps(payloads.event_callback(self._ws, dict(event), event_id=event_id))
             self._ws.events[event_id] = body.encode()
-        return self.send_signed(body.encode(), content_type="application/json")
+        return body.encode()
 
     def resend_event(
         self, previous: Response | str, *, retry_num: int = 1, reason: str = "http_timeout"
@@ -767,8 +824,9 @@ class SlackStandIn:
         )
 
     def _send_interaction(self, payload: dict[str, Any]) -> Response:
-        body = urlencode({"payload": json.dumps(payload)}).encode()
-        return self.send_signed(body, content_type="application/x-www-form-urlencoded")
+        return self.send_signed(
+            interaction_body(payload), content_type="application/x-www-form-urlencoded"
+        )
 
     def _require_user(self, user_id: str) -> None:
         try:
@@ -789,6 +847,11 @@ class SlackStandIn:
                 f"{action_id!r} is an input: Slack sends it with submit_view, not as a click"
             )
         return block, element
+
+
+def interaction_body(payload: Mapping[str, Any]) -> bytes:
+    """The form body Slack POSTs for an interaction payload (``payload=<json>``)."""
+    return urlencode({"payload": json.dumps(payload)}).encode()
 
 
 def _answer(
