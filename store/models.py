@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class RequestType(StrEnum):
@@ -208,9 +208,8 @@ class Handoff(BaseModel):
     def from_redis_hash(cls, handoff_id: str, fields: dict[str, str]) -> Handoff:
         """Build a handoff from the decoded fields of its Redis hash.
 
-        The hash is written only by our scripts, from models validated on the way in, so
-        this constructs without validating again (it runs on every read and decision);
-        only the payload union is parsed into its model.
+        This runs on every read and decision. Validating one flat dict is done in
+        pydantic-core and costs less than ``model_construct`` of the nested models would.
         """
         request = json.loads(fields["request"])
         # Reassignment changes the routing; the request itself is never rewritten.
@@ -220,43 +219,78 @@ class Handoff(BaseModel):
             reviewers = json.loads(fields["reviewers_override"])
         decision = None
         if fields.get("decision"):
-            raw = json.loads(fields["decision"])
-            raw["outcome"] = Status(raw["outcome"])
-            raw["decided_at"] = _ms(fields.get("decided_at"))
-            decision = ResumeData.model_construct(**raw)
-        return cls.model_construct(
-            id=handoff_id,
-            run_id=request["run_id"],
-            thread_id=request["thread_id"],
-            request_type=RequestType(request["request_type"]),
-            context=request.get("context", ""),
-            payload=_PAYLOAD_ADAPTER.validate_python(request["payload"]),
-            status=Status(fields["status"]),
-            resume_data=decision,
-            channel=channel,
-            reviewers=reviewers,
-            requester=request.get("requester"),
-            agent_name=request.get("agent_name"),
-            resume_target=request.get("resume_target"),
-            idempotency_key=request.get("idempotency_key"),
-            metadata=request.get("metadata") or {},
-            created_at=datetime.fromtimestamp(int(fields["created_at"]) / 1000, tz=UTC),
-            decided_at=_ms(fields.get("decided_at")),
-            expires_at=_ms(fields.get("expires_at")),
-            claimed_by=fields.get("claimed_by") or None,
-            claimed_at=_ms(fields.get("claimed_at")),
-            delivery=_task(fields, TaskKind.DELIVER),
-            resume=_task(fields, TaskKind.RESUME),
-            notify=_task(fields, TaskKind.NOTIFY),
-            message_refs=json.loads(fields.get("message_refs") or "{}"),
-            escalate_to=json.loads(fields.get("policy") or "{}").get("escalate_to") or None,
-            escalated_at=_ms(fields.get("escalated_at")),
-            reminders_sent=int(fields.get("remind_done", 0)),
-            version=int(fields.get("version", 0)),
+            decision = json.loads(fields["decision"])
+            decision["decided_at"] = _ms(fields.get("decided_at"))
+        refs = fields.get("message_refs")
+        return cls.model_validate(
+            {
+                "id": handoff_id,
+                "run_id": request["run_id"],
+                "thread_id": request["thread_id"],
+                "request_type": request["request_type"],
+                "context": request.get("context", ""),
+                "payload": request["payload"],
+                "status": fields["status"],
+                "resume_data": decision,
+                "channel": channel,
+                "reviewers": reviewers,
+                "requester": request.get("requester"),
+                "agent_name": request.get("agent_name"),
+                "resume_target": request.get("resume_target"),
+                "idempotency_key": request.get("idempotency_key"),
+                "metadata": request.get("metadata") or {},
+                "created_at": _ms(fields["created_at"]),
+                "decided_at": _ms(fields.get("decided_at")),
+                "expires_at": _ms(fields.get("expires_at")),
+                "claimed_by": fields.get("claimed_by") or None,
+                "claimed_at": _ms(fields.get("claimed_at")),
+                "delivery": _task(fields, "deliver"),
+                "resume": _task(fields, "resume"),
+                "notify": _task(fields, "notify"),
+                "message_refs": json.loads(refs) if refs else {},
+                "escalate_to": _escalate_to(fields.get("policy")),
+                "escalated_at": _ms(fields.get("escalated_at")),
+                "reminders_sent": fields.get("remind_done", 0),
+                "version": fields.get("version", 0),
+            }
         )
 
-
-_PAYLOAD_ADAPTER: TypeAdapter[Any] = TypeAdapter(Payload)
+    @classmethod
+    def from_request(
+        cls,
+        handoff_id: str,
+        request: HandoffRequest,
+        *,
+        created_at: datetime,
+        expires_at: datetime | None,
+        delivery: TaskProgress,
+        escalate_to: str | None,
+    ) -> Handoff:
+        """The handoff a create just stored, built from the (validated) request itself
+        rather than by parsing back what was written."""
+        return cls.model_validate(
+            {
+                "id": handoff_id,
+                "run_id": request.run_id,
+                "thread_id": request.thread_id,
+                "request_type": request.request_type,
+                "context": request.context,
+                "payload": request.payload,
+                "status": Status.PENDING,
+                "channel": request.channel,
+                "reviewers": request.reviewers,
+                "requester": request.requester,
+                "agent_name": request.agent_name,
+                "resume_target": request.resume_target,
+                "idempotency_key": request.idempotency_key,
+                "metadata": request.metadata,
+                "created_at": created_at,
+                "expires_at": expires_at,
+                "delivery": delivery,
+                "escalate_to": escalate_to or None,
+                "version": 1,
+            }
+        )
 
 
 class AuditEvent(BaseModel):
@@ -296,12 +330,18 @@ def _ms(value: str | int | None) -> datetime | None:
     return datetime.fromtimestamp(int(value) / 1000, tz=UTC)
 
 
-def _task(fields: dict[str, str], kind: TaskKind) -> TaskProgress:
-    prefix = kind.value
-    return TaskProgress.model_construct(
-        state=TaskState(fields.get(f"{prefix}_state", TaskState.NONE.value)),
-        attempt=int(fields.get(f"{prefix}_attempt", 0)),
-        max_attempts=int(fields.get(f"{prefix}_limit", 0)),
-        last_error=fields.get(f"{prefix}_error") or None,
-        completed_at=_ms(fields.get(f"{prefix}_done_at")),
-    )
+def _task(fields: dict[str, str], prefix: str) -> dict[str, Any]:
+    """A task's progress as stored in the flat hash (``deliver_state``, ...)."""
+    return {
+        "state": fields.get(prefix + "_state", "none"),
+        "attempt": fields.get(prefix + "_attempt", 0),
+        "max_attempts": fields.get(prefix + "_limit", 0),
+        "last_error": fields.get(prefix + "_error") or None,
+        "completed_at": _ms(fields.get(prefix + "_done_at")),
+    }
+
+
+def _escalate_to(policy: str | None) -> str | None:
+    if not policy:
+        return None
+    return json.loads(policy).get("escalate_to") or None

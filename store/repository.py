@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
@@ -37,6 +38,8 @@ from store.models import (
     ResumeData,
     Status,
     TaskKind,
+    TaskProgress,
+    TaskState,
 )
 
 logger = logging.getLogger(__name__)
@@ -73,24 +76,31 @@ class TaskPolicy:
             )
             if getattr(request, name) is not None
         }
-        return replace(self, **overrides)
+        return replace(self, **overrides) if overrides else self
 
     def as_script_arg(self) -> str:
-        return json.dumps(
-            {
-                "remind_after_ms": int(self.remind_after_seconds * 1000),
-                "max_reminders": self.max_reminders,
-                "escalate_after_ms": int(self.escalate_after_seconds * 1000),
-                "escalate_to": self.escalate_to or "",
-                "resume_max": self.resume_max_attempts,
-                "resume_timeout_ms": int(self.resume_timeout_seconds * 1000),
-                "deliver_max": self.delivery_max_attempts,
-                "deliver_timeout_ms": int(self.delivery_timeout_seconds * 1000),
-                "backoff_ms": int(self.backoff_seconds * 1000),
-                "backoff_max_ms": int(self.backoff_max_seconds * 1000),
-                "lease_grace_ms": int(self.lease_grace_seconds * 1000),
-            }
-        )
+        """The policy as the scripts read it (JSON, times in milliseconds)."""
+        return _policy_json(self)
+
+
+@functools.lru_cache(maxsize=64)
+def _policy_json(policy: TaskPolicy) -> str:
+    # Most handoffs share a handful of policies: encode each once.
+    return json.dumps(
+        {
+            "remind_after_ms": int(policy.remind_after_seconds * 1000),
+            "max_reminders": policy.max_reminders,
+            "escalate_after_ms": int(policy.escalate_after_seconds * 1000),
+            "escalate_to": policy.escalate_to or "",
+            "resume_max": policy.resume_max_attempts,
+            "resume_timeout_ms": int(policy.resume_timeout_seconds * 1000),
+            "deliver_max": policy.delivery_max_attempts,
+            "deliver_timeout_ms": int(policy.delivery_timeout_seconds * 1000),
+            "backoff_ms": int(policy.backoff_seconds * 1000),
+            "backoff_max_ms": int(policy.backoff_max_seconds * 1000),
+            "lease_grace_ms": int(policy.lease_grace_seconds * 1000),
+        }
+    )
 
 
 @dataclass(frozen=True)
@@ -176,11 +186,12 @@ class HandoffStore:
         (``created=False``) and writes nothing.
         """
         request_json = request.model_dump_json(exclude_none=False)
-        size = len(json.dumps(request.context, ensure_ascii=False).encode()) + len(
-            request.payload.model_dump_json().encode()
-        )
-        if size > self.config.max_payload_bytes:
-            raise PayloadTooLarge(size, self.config.max_payload_bytes)
+        # The whole request holds what the limit counts (its context and payload), so
+        # the exact count is needed only for a request over the limit.
+        if len(request_json.encode()) > self.config.max_payload_bytes:
+            size = _agent_content_bytes(request)
+            if size > self.config.max_payload_bytes:
+                raise PayloadTooLarge(size, self.config.max_payload_bytes)
         policy = (tasks or self.config.tasks).for_request(request)
         expires_ms = int(request.expires_in_seconds * 1000) if request.expires_in_seconds else 0
         policy_json = policy.as_script_arg()
@@ -203,18 +214,15 @@ class HandoffStore:
         created, stored_id = bool(int(result[0])), _text(result[1])
         if created:
             # The script returns only what the server decided (times); the rest is ours.
-            handoff = Handoff.from_redis_hash(
+            handoff = Handoff.from_request(
                 stored_id,
-                {
-                    "request": request_json,
-                    "status": Status.PENDING.value,
-                    "created_at": str(result[2]),
-                    "expires_at": str(result[3]),
-                    "policy": policy_json,
-                    "deliver_state": "queued",
-                    "deliver_limit": str(policy.delivery_max_attempts),
-                    "version": "1",
-                },
+                request,
+                created_at=_ms_to_datetime(_text(result[2])) or datetime.now(UTC),
+                expires_at=_ms_to_datetime(_text(result[3])),
+                delivery=TaskProgress(
+                    state=TaskState.QUEUED, max_attempts=policy.delivery_max_attempts
+                ),
+                escalate_to=policy.escalate_to,
             )
         else:
             handoff = self.get(stored_id)
@@ -344,7 +352,13 @@ class HandoffStore:
         if not decided_by:
             raise InvalidDecision("decided_by is required: say who made the decision")
         # The script checks the handoff's type against these, so a misfit costs no extra read.
-        fitting = [t for t in RequestType if decision_problem(t, decision) is None]
+        fitting = _fitting_types(
+            decision.outcome,
+            answered=bool(answer and answer.strip()),
+            has_answer=answer is not None,
+            has_edited_args=edited_args is not None,
+            has_corrected_draft=corrected_draft is not None,
+        )
         claimer = decided_by if decision.outcome is Status.ANSWERED else ""
         return self._close(
             handoff_id,
@@ -428,7 +442,7 @@ class HandoffStore:
                 extra={"handoff_id": handoff_id, "actor": decision.decided_by, "via": decision.via},
             )
             if current is None:
-                return _handoff_from_flat(handoff_id, result[1])
+                return _handoff_from_json(handoff_id, result[1])
             decided_at = _ms_to_datetime(_text(result[1]))
             return current.model_copy(
                 update={
@@ -504,7 +518,7 @@ class HandoffStore:
         if verdict == "already":
             raise _already_decided(handoff_id, result)
         logger.info("handoff reassigned", extra={"handoff_id": handoff_id, "actor": by})
-        return _handoff_from_flat(handoff_id, result[1])
+        return _handoff_from_json(handoff_id, result[1])
 
     def claim(self, handoff_id: str, *, claimed_by: str, take_over: bool = False) -> Handoff:
         """Take ownership of a pending escalation before resolving it."""
@@ -569,7 +583,7 @@ class HandoffStore:
         return TaskStart(
             action="run",
             attempt=int(result[1]),
-            handoff=_handoff_from_flat(handoff_id, result[2]),
+            handoff=_handoff_from_json(handoff_id, result[2]),
         )
 
     def finish_task(
@@ -678,6 +692,26 @@ def decision_problem(request_type: RequestType, decision: ResumeData) -> str | N
     return None
 
 
+@functools.lru_cache(maxsize=128)
+def _fitting_types(
+    outcome: Status,
+    *,
+    answered: bool,
+    has_answer: bool,
+    has_edited_args: bool,
+    has_corrected_draft: bool,
+) -> list[RequestType]:
+    """The request types a decision of this shape can decide (``decision_problem`` reads
+    only these facts of a decision, so the answer is the same for every such decision)."""
+    probe = ResumeData.model_construct(
+        outcome=outcome,
+        answer=("x" if answered else " ") if has_answer else None,
+        edited_args={} if has_edited_args else None,
+        corrected_draft="" if has_corrected_draft else None,
+    )
+    return [t for t in RequestType if decision_problem(t, probe) is None]
+
+
 def _parse_outcome(outcome: Status | str) -> Status:
     try:
         return Status(outcome)
@@ -695,15 +729,22 @@ def _already_decided(handoff_id: str, result: list[Any]) -> AlreadyDecided:
     )
 
 
+def _agent_content_bytes(request: HandoffRequest) -> int:
+    """Bytes of what the payload limit counts: the context and the payload, as JSON."""
+    return len(json.dumps(request.context, ensure_ascii=False).encode()) + len(
+        request.payload.model_dump_json().encode()
+    )
+
+
 def _ms_to_datetime(value: str) -> datetime | None:
     if not value or value == "0":
         return None
     return datetime.fromtimestamp(int(value) / 1000, tz=UTC)
 
 
-def _handoff_from_flat(handoff_id: str, flat: list[Any]) -> Handoff:
-    values = [_text(v) for v in flat]
-    return Handoff.from_redis_hash(handoff_id, dict(zip(values[0::2], values[1::2], strict=True)))
+def _handoff_from_json(handoff_id: str, raw: bytes | str) -> Handoff:
+    """A handoff from a script's ``hash_json`` reply (its whole hash as one JSON object)."""
+    return Handoff.from_redis_hash(handoff_id, json.loads(raw))
 
 
 def _text(value: Any) -> str:

@@ -54,6 +54,15 @@ local function timeout_ms(hkey, k)
   return tonumber(t.deliver_timeout_ms)
 end
 
+-- The whole hash as one JSON object: the client decodes one string instead of a flat
+-- array of field and value strings.
+local function hash_json(hkey)
+  local flat = redis.call('HGETALL', hkey)
+  local t = {}
+  for i = 1, #flat, 2 do t[flat[i]] = flat[i + 1] end
+  return cjson.encode(t)
+end
+
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -173,7 +182,7 @@ local now = now_ms()
 close_pending(id, hkey, ARGV[3], ARGV[4], ARGV[5], ARGV[8], now, tonumber(ARGV[6]),
               ARGV[9] == '1')
 if ARGV[11] == '0' then return {'ok', now, redis.call('HGET', hkey, 'version')} end
-return {'ok', redis.call('HGETALL', hkey)}
+return {'ok', hash_json(hkey)}
 """
 )
 
@@ -217,7 +226,7 @@ if (k == 'remind' or k == 'escalate') and redis.call('HGET', hkey, 'status') ~= 
   return {'none'}
 end
 if state == 'running' and tonumber(f[4] or 0) > now then
-  if f[5] == token then return {'run', tonumber(f[2]), redis.call('HGETALL', hkey)} end
+  if f[5] == token then return {'run', tonumber(f[2]), hash_json(hkey)} end
   return {'busy'}
 end
 local attempt = tonumber(f[2] or 0) + 1
@@ -237,7 +246,7 @@ redis.call('HINCRBY', hkey, 'version', 1)
 -- If this attempt dies, the dispatcher finds the entry again once the lease has lapsed.
 redis.call('ZADD', P .. 'outbox', lease, member)
 audit(id, EVENTS[k].started, 'worker', now, {attempt = attempt})
-return {'run', attempt, redis.call('HGETALL', hkey)}
+return {'run', attempt, hash_json(hkey)}
 """
 )
 
@@ -437,6 +446,6 @@ redis.call('HINCRBY', hkey, 'version', 1)
 -- A fresh delivery posts to the new place and points the old message there.
 queue_task(hkey, id, 'deliver', now)
 audit(id, 'reassigned', ARGV[3], now, {channel = ARGV[4], reviewers = ARGV[5]})
-return {'ok', redis.call('HGETALL', hkey)}
+return {'ok', hash_json(hkey)}
 """
 )
