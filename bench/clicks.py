@@ -36,23 +36,15 @@ import http.client
 import itertools
 import math
 import os
-import shutil
-import signal
-import socket
-import subprocess
 import sys
-import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 
 from redis import Redis
 from rq import Queue, Worker
@@ -60,18 +52,37 @@ from rq.registry import StartedJobRegistry
 from slack_sdk.signature import SignatureVerifier
 
 from bench.click_targets import RESUME_TARGET, started_key
-from bench.lifecycle import bench_key, delete_namespace, delete_queue, percentile, progress
+from bench.common import (
+    Figure,
+    RedisServer,
+    Target,
+    add_redis_option,
+    bench_key,
+    delete_namespace,
+    delete_queue,
+    latency_figures,
+    options_from,
+    percentile,
+    progress,
+    redis_server,
+    run_main,
+)
+from bench.processes import (
+    CLI,
+    HOST,
+    Processes,
+    free_port,
+    subprocess_env,
+    wait_for_workers,
+    wait_until_answering,
+)
 from bench.targets import METADATA_KEY, count_key, ids_key
 from bot import views
-from bot.embedded import start_embedded_redis
 from bot.server import EVENTS_PATH, HEALTH_PATH
 from bot.standin import SlackStandIn, StandInUser
 from store.models import Handoff, Status, TaskState
 from worker.client import Handoffs
 from worker.runner import make_queue
-
-ROOT = Path(__file__).resolve().parent.parent
-"""Repository root: the subprocesses' working directory and PYTHONPATH."""
 
 SIGNING_SECRET = "bench-signing-secret-0123456789abcdef"
 BOT_TOKEN = "xoxb-bench-bot-token"
@@ -86,9 +97,6 @@ P99_TARGET_MS = 100.0
 RESUME_P50_TARGET_MS = 50.0
 """Median time from a click's response to its resume target starting, below."""
 
-HOST = "127.0.0.1"
-START_TIMEOUT_SECONDS = 60.0
-STOP_TIMEOUT_SECONDS = 10.0
 REQUEST_TIMEOUT_SECONDS = 10.0
 POLL_SECONDS = 0.02
 PROGRESS_EVERY_SECONDS = 5.0
@@ -103,102 +111,64 @@ BARE_APP = "bench.bare_bolt_app:application"
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
+@dataclass(frozen=True)
+class Options:
+    """The sizes of a run (defaults: the issue's)."""
+
+    clicks: int = 3000
+    """Measured clicks per server."""
+    concurrency: int = 16
+    """Client threads, each with one persistent HTTP connection."""
+    rounds: int = 3
+    """Alternating rounds (bare Bolt, ``handoff serve``) the clicks are split into."""
+    warmup: int = 300
+    """Warm-up clicks per server."""
+    idle_samples: int = 20
+    """Clicks sent one at a time at the end, each once the previous one resumed."""
+    serve_workers: int = 2
+    """gunicorn worker processes of both servers."""
+    threads: int = 8
+    """Threads per gunicorn worker."""
+    workers: int = 1
+    """``handoff worker`` processes."""
+    timeout: float = 600.0
+    """Seconds to wait for deliveries and resumes."""
+    keep_logs: bool = False
+    """Keep the servers' and workers' logs even when every check passed."""
+
+
+QUICK = Options(
+    clicks=12, concurrency=4, rounds=1, warmup=3, idle_samples=3, serve_workers=1, threads=4
+)
+"""A smoke run: seconds, not figures."""
+
+
 # -- the processes under test -----------------------------------------------------------
 
 
-class Processes:
-    """Subprocesses, each in a session of its own so that stopping one stops its whole
-    process group (gunicorn's workers, RQ's work horse, the dispatcher)."""
-
-    def __init__(self, log_dir: Path) -> None:
-        self.log_dir = log_dir
-        self.running: dict[str, subprocess.Popen[bytes]] = {}
-
-    def spawn(self, name: str, argv: Sequence[str], env: dict[str, str]) -> None:
-        """Start ``argv`` as ``name``, its output going to ``<log_dir>/<name>.log``."""
-        with open(self.log_dir / f"{name}.log", "wb") as log:
-            self.running[name] = subprocess.Popen(
-                list(argv),
-                env=env,
-                cwd=ROOT,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-
-    def check_alive(self) -> None:
-        """Raise, with the end of its log, if any of the processes has exited."""
-        for name, process in self.running.items():
-            code = process.poll()
-            if code is not None:
-                raise RuntimeError(f"{name} exited with status {code}:\n{self.log_tail(name)}")
-
-    def log_tail(self, name: str, lines: int = 30) -> str:
-        """The last ``lines`` lines of ``name``'s output."""
-        text = (self.log_dir / f"{name}.log").read_text(errors="replace")
-        return "\n".join(text.splitlines()[-lines:])
-
-    def stop_all(self) -> None:
-        """SIGTERM every group, then SIGKILL what is still running. Idempotent."""
-        for process in self.running.values():
-            _signal_group(process, signal.SIGTERM)
-        deadline = time.monotonic() + STOP_TIMEOUT_SECONDS
-        for process in self.running.values():
-            try:
-                process.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                _signal_group(process, signal.SIGKILL)
-                process.wait(timeout=STOP_TIMEOUT_SECONDS)
-        # Leftovers of a group whose leader exited first (a work horse, the dispatcher).
-        for process in self.running.values():
-            _signal_group(process, signal.SIGKILL)
-        self.running.clear()
-
-
-def _signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, signum)
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on right now."""
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
-
-
 def server_env(redis_url: str, api_url: str, namespace: str, queue: str) -> dict[str, str]:
-    """The environment of every subprocess: this one's, minus any Slack or handoff
-    setting that could change what is measured (an app token would switch ``handoff
-    serve`` to Socket Mode; OAuth credentials would switch Bolt to OAuth mode)."""
-    inherited = {
-        name: value
-        for name, value in os.environ.items()
-        if not name.startswith(("SLACK_", "HANDOFF_", "REDIS_URL"))
-    }
-    python_path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
-    return {
-        **inherited,
-        "PYTHONPATH": python_path,
-        "REDIS_URL": redis_url,
-        "SLACK_BOT_TOKEN": BOT_TOKEN,
-        "SLACK_SIGNING_SECRET": SIGNING_SECRET,
-        "SLACK_API_URL": api_url,
-        "HANDOFF_CHANNEL": CHANNEL,
-        "HANDOFF_NAMESPACE": namespace,
-        "HANDOFF_QUEUE": queue,
-    }
+    """The environment of every subprocess: the stand-in as Slack, the run's namespace
+    and queue, and nothing of this process's Slack or handoff settings."""
+    return subprocess_env(
+        redis_url,
+        SLACK_BOT_TOKEN=BOT_TOKEN,
+        SLACK_SIGNING_SECRET=SIGNING_SECRET,
+        SLACK_API_URL=api_url,
+        HANDOFF_CHANNEL=CHANNEL,
+        HANDOFF_NAMESPACE=namespace,
+        HANDOFF_QUEUE=queue,
+    )
 
 
-def gunicorn_options(args: argparse.Namespace, port: int) -> list[str]:
+def gunicorn_options(options: Options, port: int) -> list[str]:
     """The bare app's gunicorn options: those ``bot.server.serve_http`` sets."""
     return [
         "--bind",
         f"{HOST}:{port}",
         "--workers",
-        str(args.serve_workers),
+        str(options.serve_workers),
         "--threads",
-        str(args.threads),
+        str(options.threads),
         "--worker-class",
         "gthread",
         "--timeout",
@@ -210,33 +180,6 @@ def gunicorn_options(args: argparse.Namespace, port: int) -> list[str]:
         "--log-level",
         "info",
     ]
-
-
-def wait_until_answering(processes: Processes, name: str, url: str) -> None:
-    """Wait until ``url`` gets any HTTP answer (a 404 counts: the server is up)."""
-    deadline = time.monotonic() + START_TIMEOUT_SECONDS
-    while time.monotonic() < deadline:
-        processes.check_alive()
-        try:
-            with urllib.request.urlopen(url, timeout=1):
-                return
-        except urllib.error.HTTPError:
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError(f"{name} did not answer at {url}:\n{processes.log_tail(name)}")
-
-
-def wait_for_workers(redis: Redis, processes: Processes, worker_names: Sequence[str]) -> None:
-    """Wait until every RQ worker has registered itself."""
-    deadline = time.monotonic() + START_TIMEOUT_SECONDS
-    while time.monotonic() < deadline:
-        processes.check_alive()
-        keys = [Worker.redis_worker_namespace_prefix + name for name in worker_names]
-        if redis.exists(*keys) == len(keys):
-            return
-        time.sleep(0.1)
-    raise RuntimeError(f"the workers did not start:\n{processes.log_tail(worker_names[0])}")
 
 
 # -- handoffs and the clicks that approve them ------------------------------------------
@@ -450,7 +393,7 @@ def wait_until_quiet(rig: Rig, expected: int) -> bool:
     hold up the next click's jobs); False after ``--timeout`` seconds."""
     outbox = rig.handoffs.store.keys.outbox
     started_jobs = StartedJobRegistry(queue=rig.queue)
-    deadline = time.monotonic() + rig.args.timeout
+    deadline = time.monotonic() + rig.options.timeout
     next_report = time.monotonic() + PROGRESS_EVERY_SECONDS
     while time.monotonic() < deadline:
         rig.processes.check_alive()
@@ -669,6 +612,7 @@ class Results:
     """Everything the report shows."""
 
     server: str
+    options: Options
     bare: ClickRun
     serve: ClickRun
     round_ratios: list[float]
@@ -688,30 +632,62 @@ class Results:
     idle_stages: IdleStages
     problems: list[str]
 
+    @property
+    def ratio(self) -> float:
+        """``handoff serve`` req/s over bare Bolt req/s, all rounds together."""
+        return self.serve.rate / self.bare.rate
+
+    def figures(self) -> list[Figure]:
+        """The rows for ``bench/run_all``'s table."""
+        serve_ms = self.serve.latencies_ms
+        return [
+            Figure("bare Bolt app", self.bare.rate, "/s"),
+            Figure("handoff serve", self.serve.rate, "/s"),
+            Figure("handoff serve / bare Bolt", self.ratio, "x", Target(">=", RATIO_TARGET)),
+            Figure("click response p50, handoff serve", percentile(serve_ms, 0.5), "ms"),
+            Figure(
+                "click response p99, handoff serve",
+                percentile(serve_ms, 0.99),
+                "ms",
+                Target("<", P99_TARGET_MS),
+            ),
+            *latency_figures(
+                "click -> resume started, idle",
+                self.idle_resume_ms,
+                p50=Target("<", RESUME_P50_TARGET_MS),
+            ),
+            *latency_figures(
+                "click -> resume started, under load",
+                self.loaded_resume_ms,
+                p50=Target("<", RESUME_P50_TARGET_MS),
+            ),
+        ]
+
+    def print_report(self) -> None:
+        """The figures, each next to its target, then the checks' verdict."""
+        options = self.options
+        print(f"\nslack-handoff click benchmark — {self.server}")
+        print(
+            f"  {len(self.serve.statuses):,} approve clicks per server in {options.rounds} "
+            f"alternating rounds from {options.concurrency} client threads (persistent "
+            f"connections); gunicorn gthread {options.serve_workers} workers x "
+            f"{options.threads} threads; {options.workers} `handoff worker`; "
+            f"{os.cpu_count()} CPUs"
+        )
+        _print_servers(self)
+        _print_targets(self)
+        _print_resumes(self)
+        for problem in self.problems:
+            print(f"FAIL: {problem}")
+        if not self.problems:
+            print("\nOK: every click answered 200; every handoff decided once and resumed once")
+
 
 def _latency(values: Sequence[float]) -> str:
     if not values:
         return "-"
     p50, p99 = percentile(list(values), 0.5), percentile(list(values), 0.99)
     return f"p50 {p50:7.1f} ms   p99 {p99:7.1f} ms"
-
-
-def print_report(results: Results, args: argparse.Namespace) -> None:
-    """The figures, each next to its target, then the checks' verdict."""
-    print(f"\nslack-handoff click benchmark — {results.server}")
-    print(
-        f"  {len(results.serve.statuses):,} approve clicks per server in {args.rounds} "
-        f"alternating rounds from {args.concurrency} client threads (persistent connections); "
-        f"gunicorn gthread {args.serve_workers} workers x {args.threads} threads; "
-        f"{args.workers} `handoff worker`; {os.cpu_count()} CPUs"
-    )
-    _print_servers(results)
-    _print_targets(results)
-    _print_resumes(results, args)
-    for problem in results.problems:
-        print(f"FAIL: {problem}")
-    if not results.problems:
-        print("\nOK: every click answered 200; every handoff decided once and resumed once")
 
 
 def _print_servers(results: Results) -> None:
@@ -745,7 +721,7 @@ def _print_servers(results: Results) -> None:
 
 
 def _print_targets(results: Results) -> None:
-    ratio = results.serve.rate / results.bare.rate
+    ratio = results.ratio
     p99 = percentile(results.serve.latencies_ms, 0.99)
     print("\n  targets")
     _print_target(
@@ -775,17 +751,18 @@ def _print_target(label: str, shown: str, target: str, met: bool | None) -> None
     print(f"    {label:<34}{shown:>12}   ({target:<9}) {verdict}")
 
 
-def _print_resumes(results: Results, args: argparse.Namespace) -> None:
+def _print_resumes(results: Results) -> None:
+    options = results.options
     clicks = len(results.serve.statuses)
     print(
-        f"\n  {args.workers} worker(s) finished the measured clicks' resumes and message "
+        f"\n  {options.workers} worker(s) finished the measured clicks' resumes and message "
         f"updates in {results.drain_seconds:.1f} s ({clicks / results.drain_seconds:,.1f} clicks/s)"
     )
     print(
         f"  RQ jobs run: {results.jobs_run:,} for {results.tasks:,} tasks "
         f"({results.jobs_run - results.tasks:,} more: duplicates the dispatcher re-enqueued)"
     )
-    burst = math.ceil(clicks / args.rounds)
+    burst = math.ceil(clicks / options.rounds)
     print("\n  click -> resume start")
     rows = (
         (f"under load ({burst:,}-click bursts)", results.loaded_resume_ms),
@@ -809,54 +786,14 @@ def _print_resumes(results: Results, args: argparse.Namespace) -> None:
         )
 
 
-# -- entry point -------------------------------------------------------------------------
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """Command-line options."""
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.clicks",
-        description="Approve clicks against `handoff serve` and a bare Bolt app; print rates.",
-    )
-    parser.add_argument("--clicks", type=int, default=3000, help="measured clicks per server")
-    parser.add_argument("--concurrency", type=int, default=16, help="client threads")
-    parser.add_argument(
-        "--rounds", type=int, default=3, help="alternating rounds the clicks are split into"
-    )
-    parser.add_argument("--warmup", type=int, default=300, help="warm-up clicks per server")
-    parser.add_argument(
-        "--idle-samples", type=int, default=20, help="clicks sent one by one at the end"
-    )
-    parser.add_argument(
-        "--serve-workers", type=int, default=2, help="gunicorn workers of both servers"
-    )
-    parser.add_argument("--threads", type=int, default=8, help="threads per gunicorn worker")
-    parser.add_argument("--workers", type=int, default=1, help="`handoff worker` processes")
-    parser.add_argument(
-        "--redis-url",
-        default=os.environ.get("REDIS_URL"),
-        help="Redis to use (default: env REDIS_URL, else an embedded server)",
-    )
-    parser.add_argument(
-        "--timeout", type=float, default=600, help="seconds to wait for deliveries, resumes"
-    )
-    parser.add_argument(
-        "--keep-logs", action="store_true", help="keep the servers' and worker's logs"
-    )
-    args = parser.parse_args(argv)
-    sizes = ("clicks", "concurrency", "rounds", "warmup", "serve_workers", "threads", "workers")
-    if min(getattr(args, name) for name in sizes) < 1:
-        parser.error(f"{', '.join('--' + n.replace('_', '-') for n in sizes)} must be >= 1")
-    if args.idle_samples < 0:
-        parser.error("--idle-samples must be >= 0")
-    return args
+# -- one run ---------------------------------------------------------------------------
 
 
 @dataclass
 class Rig:
     """What one run works with: Redis, the stand-in, and the processes under test."""
 
-    args: argparse.Namespace
+    options: Options
     redis: Redis
     handoffs: Handoffs
     recorder: Recorder
@@ -890,10 +827,11 @@ class Rig:
         return clocks
 
 
-def start_rig(
-    args: argparse.Namespace, url: str, namespace: str, cleanup: contextlib.ExitStack, log_dir: Path
-) -> Rig:
-    """Start the stand-in, ``handoff serve``, the bare app and the workers; wait for all."""
+def start_rig(options: Options, url: str, namespace: str, cleanup: contextlib.ExitStack) -> Rig:
+    """Start the stand-in, ``handoff serve``, the bare app and the workers; wait for all.
+
+    ``cleanup`` stops them all and deletes the run's keys; the logs are removed then
+    unless the run asks to keep them (``rig.processes.keep_logs``)."""
     queue = namespace
     redis = Redis.from_url(url)
     cleanup.callback(redis.close)
@@ -907,30 +845,28 @@ def start_rig(
     )
     standin.start()
     cleanup.callback(standin.stop)
-    processes = Processes(log_dir)
-    cleanup.callback(processes.stop_all)
+    processes = Processes("handoff-clicks-")
+    cleanup.callback(processes.finish)
 
     env = server_env(url, standin.api_url, namespace, queue)
     serve_port, bare_port = free_port(), free_port()
-    cli = [sys.executable, "-m", "bot.cli"]
     serve_options = ["--host", HOST, "--port", str(serve_port)]
-    serve_options += ["--workers", str(args.serve_workers), "--threads", str(args.threads)]
-    processes.spawn("serve", [*cli, "serve", *serve_options], env)
+    serve_options += ["--workers", str(options.serve_workers), "--threads", str(options.threads)]
+    processes.spawn("serve", [*CLI, "serve", *serve_options], env)
     processes.spawn(
         "bare",
-        [sys.executable, "-m", "gunicorn", *gunicorn_options(args, bare_port), BARE_APP],
+        [sys.executable, "-m", "gunicorn", *gunicorn_options(options, bare_port), BARE_APP],
         env,
     )
     # Worker names carry the queue's, so the cleanup finds their RQ keys.
-    worker_names = [f"{queue}-worker{n}" for n in range(args.workers)]
-    for name in worker_names:
-        processes.spawn(name, [*cli, "worker", "--name", name], env)
+    worker_names = [f"{queue}-worker{n}" for n in range(options.workers)]
+    processes.spawn_workers(worker_names, env)
     wait_until_answering(processes, "serve", f"http://{HOST}:{serve_port}{HEALTH_PATH}")
     wait_until_answering(processes, "bare", f"http://{HOST}:{bare_port}{EVENTS_PATH}")
     wait_for_workers(redis, processes, worker_names)
-    progress(f"servers and workers up; logs in {log_dir}")
+    progress(f"servers and workers up; logs in {processes.log_dir}")
     return Rig(
-        args=args,
+        options=options,
         redis=redis,
         handoffs=Handoffs(redis, namespace=namespace),
         recorder=Recorder(redis, bench_key(namespace, "clicks")),
@@ -946,11 +882,11 @@ def start_rig(
 def prepare_clicks(rig: Rig) -> tuple[list[str], list[bytes]]:
     """Create the handoffs (warm-up, measured, idle samples, in that order), wait until
     they are posted, and record the click that approves each one."""
-    args = rig.args
-    total = args.warmup + args.clicks + args.idle_samples
+    options = rig.options
+    total = options.warmup + options.clicks + options.idle_samples
     ids = create_handoffs(rig.handoffs, total, rig.recorder.base)
     progress(f"created {total:,} handoffs; waiting for the workers to post them")
-    posted = wait_until_posted(rig.handoffs, ids, rig.processes, args.timeout)
+    posted = wait_until_posted(rig.handoffs, ids, rig.processes, options.timeout)
     sink_url = f"http://{HOST}:{rig.bare_port}{EVENTS_PATH}"
     bodies = record_click_bodies(rig.standin, posted, sink_url)
     progress(f"recorded {len(bodies):,} click bodies")
@@ -971,7 +907,7 @@ class Rounds:
 
 
 def run_rounds(rig: Rig, ids: Sequence[str], bodies: Sequence[bytes], resumed: int) -> Rounds:
-    """Send the measured clicks in ``--rounds`` rounds, each a share to the bare app and
+    """Send the measured clicks in ``options.rounds`` rounds, each a share to the bare app and
     the same share to ``handoff serve``, alternating which goes first.
 
     Alternating short rounds expose both servers to the same background load (this
@@ -979,25 +915,25 @@ def run_rounds(rig: Rig, ids: Sequence[str], bodies: Sequence[bytes], resumed: i
     workers: after ``handoff serve``'s share it waits until all its resumes and message
     updates are done. ``resumed`` is how many resumes ran before.
     """
-    args = rig.args
+    options = rig.options
     rounds = Rounds(
         bare_cpu=CpuMeter(rig.cpu_clocks("bare", "serve")),
         serve_cpu=CpuMeter(rig.cpu_clocks("serve")),
     )
-    size = math.ceil(len(ids) / args.rounds)
+    size = math.ceil(len(ids) / options.rounds)
     for number, first in enumerate(range(0, len(ids), size)):
         share = slice(first, first + size)
         order = ("bare", "serve") if number % 2 == 0 else ("serve", "bare")
         for name in order:
             if name == "bare":
                 with rounds.bare_cpu.measure():
-                    run = send_clicks(rig.bare_port, bodies[share], args.concurrency)
+                    run = send_clicks(rig.bare_port, bodies[share], options.concurrency)
                 rounds.bare.append(run)
                 progress(f"round {number + 1}: bare Bolt {run.rate:,.0f} req/s")
                 continue
             started = time.monotonic()
             with rounds.serve_cpu.measure():
-                run = send_clicks(rig.serve_port, bodies[share], args.concurrency)
+                run = send_clicks(rig.serve_port, bodies[share], options.concurrency)
             rounds.serve.append(run)
             progress(f"round {number + 1}: handoff serve {run.rate:,.0f} req/s; resuming")
             resumed += len(run.statuses)
@@ -1011,18 +947,21 @@ def run_rounds(rig: Rig, ids: Sequence[str], bodies: Sequence[bytes], resumed: i
 
 def measure(rig: Rig, ids: list[str], bodies: list[bytes], server: str) -> Results:
     """Warm both servers up, run the measured rounds, then the idle samples; check."""
-    args = rig.args
-    warm, measured = slice(0, args.warmup), slice(args.warmup, args.warmup + args.clicks)
-    idle = slice(args.warmup + args.clicks, len(ids))
+    options = rig.options
+    warm, measured = (
+        slice(0, options.warmup),
+        slice(options.warmup, options.warmup + options.clicks),
+    )
+    idle = slice(options.warmup + options.clicks, len(ids))
 
     # Measure with idle workers: no delivery (or duplicate job) left in RQ.
     if not wait_until_quiet(rig, 0):
         raise RuntimeError("the workers did not finish the deliveries")
-    send_clicks(rig.bare_port, bodies[warm], args.concurrency)
-    warm_run = send_clicks(rig.serve_port, bodies[warm], args.concurrency)
-    if not wait_until_quiet(rig, args.warmup):
+    send_clicks(rig.bare_port, bodies[warm], options.concurrency)
+    warm_run = send_clicks(rig.serve_port, bodies[warm], options.concurrency)
+    if not wait_until_quiet(rig, options.warmup):
         raise RuntimeError("the warm-up clicks were not all resumed")
-    rounds = run_rounds(rig, ids[measured], bodies[measured], args.warmup)
+    rounds = run_rounds(rig, ids[measured], bodies[measured], options.warmup)
     idle_ms: list[float] = []
     idle_runs: list[ClickRun] = []
     if rounds.finished:
@@ -1039,10 +978,11 @@ def measure(rig: Rig, ids: list[str], bodies: list[bytes], server: str) -> Resul
         *(p for run in idle_runs for p in check_run("handoff serve idle", run)),
     ]
     if not rounds.finished:
-        problems.append(f"not every click was resumed within {args.timeout} s")
+        problems.append(f"not every click was resumed within {options.timeout} s")
     problems += check_handoffs(rig, ids)
     return Results(
         server=server,
+        options=options,
         bare=bare,
         serve=serve,
         round_ratios=[s.rate / b.rate for s, b in zip(rounds.serve, rounds.bare, strict=False)],
@@ -1059,62 +999,71 @@ def measure(rig: Rig, ids: list[str], bodies: list[bytes], server: str) -> Resul
     )
 
 
+# -- entry point -------------------------------------------------------------------------
+
+
+def run(server: RedisServer, options: Options) -> Results:
+    """Run the benchmark on ``server``; stop every process and delete the run's keys."""
+    namespace = f"benchclicks{uuid.uuid4().hex[:12]}"  # also the RQ queue's name
+    with contextlib.ExitStack() as cleanup:
+        rig = start_rig(options, server.url, namespace, cleanup)
+        ids, bodies = prepare_clicks(rig)
+        results = measure(rig, ids, bodies, server.description)
+        rig.processes.keep_logs = bool(results.problems) or options.keep_logs
+    return results
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Command-line options."""
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.clicks",
+        description="Approve clicks against `handoff serve` and a bare Bolt app; print rates.",
+    )
+    defaults = Options()
+    sizes = {
+        "clicks": "measured clicks per server",
+        "concurrency": "client threads",
+        "rounds": "alternating rounds the clicks are split into",
+        "warmup": "warm-up clicks per server",
+        "idle_samples": "clicks sent one by one at the end",
+        "serve_workers": "gunicorn workers of both servers",
+        "threads": "threads per gunicorn worker",
+        "workers": "`handoff worker` processes",
+    }
+    for name, help_text in sizes.items():
+        option = "--" + name.replace("_", "-")
+        parser.add_argument(option, type=int, default=getattr(defaults, name), help=help_text)
+    add_redis_option(parser)
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=defaults.timeout,
+        help="seconds to wait for deliveries, resumes",
+    )
+    parser.add_argument(
+        "--keep-logs", action="store_true", help="keep the servers' and worker's logs"
+    )
+    args = parser.parse_args(argv)
+    sizes.pop("idle_samples")
+    if min(getattr(args, name) for name in sizes) < 1:
+        parser.error(f"{', '.join('--' + n.replace('_', '-') for n in sizes)} must be >= 1")
+    if args.idle_samples < 0:
+        parser.error("--idle-samples must be >= 0")
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; 0 when every check passed, 1 otherwise (130 when interrupted,
     after stopping the processes and deleting the run's keys)."""
     args = parse_args(argv)
-    # Turn a SIGTERM into the same unwinding as Ctrl-C, so processes and keys are cleaned up.
-    signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        return _run(args)
-    except KeyboardInterrupt:
-        print("interrupted; processes stopped and the run's keys deleted", file=sys.stderr)
-        return 130
 
+    def measure_and_print() -> int:
+        with redis_server(args.redis_url) as server:
+            results = run(server, options_from(Options, args))
+        results.print_report()
+        return 1 if results.problems else 0
 
-def _run(args: argparse.Namespace) -> int:
-    namespace = f"benchclicks{uuid.uuid4().hex[:12]}"  # also the RQ queue's name
-    log_dir = Path(tempfile.mkdtemp(prefix="handoff-clicks-"))
-    keep_logs = True  # until the run has passed its checks
-    with contextlib.ExitStack() as cleanup:
-        cleanup.callback(lambda: _remove_logs(log_dir, keep_logs))
-        url, server = _redis(args.redis_url, cleanup)
-        rig = start_rig(args, url, namespace, cleanup, log_dir)
-        ids, bodies = prepare_clicks(rig)
-        results = measure(rig, ids, bodies, server)
-        print_report(results, args)
-        keep_logs = bool(results.problems) or args.keep_logs
-    return 1 if results.problems else 0
-
-
-def _redis(url: str | None, cleanup: contextlib.ExitStack) -> tuple[str, str]:
-    """The Redis URL to use (an embedded server's when ``url`` is None) and a description."""
-    if url:
-        description = url
-    else:
-        embedded = start_embedded_redis()
-        cleanup.callback(embedded.stop)
-        url = embedded.connection_url
-        description = f"embedded server at {url}"
-    probe = Redis.from_url(url)
-    try:
-        info = probe.info("server")
-    finally:
-        probe.close()
-    name = "valkey" if "valkey_version" in info else "redis"
-    version = info.get("valkey_version") or info.get("redis_version")
-    return url, f"{description} ({name} {version})"
-
-
-def _remove_logs(log_dir: Path, keep: bool) -> None:
-    if keep:
-        print(f"logs kept in {log_dir}", file=sys.stderr)
-    else:
-        shutil.rmtree(log_dir, ignore_errors=True)
-
-
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
+    return run_main(measure_and_print)
 
 
 if __name__ == "__main__":

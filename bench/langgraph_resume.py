@@ -26,7 +26,6 @@ Run from the repository root::
 from __future__ import annotations
 
 import argparse
-import contextlib
 import operator
 import os
 import sqlite3
@@ -44,8 +43,16 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 from redis import Redis
 
-from bot.embedded import start_embedded_redis
-from store.keys import KeySpace
+from bench.common import (
+    Figure,
+    RedisServer,
+    Target,
+    add_redis_option,
+    delete_namespace,
+    load_average,
+    options_from,
+    redis_server,
+)
 from store.models import Handoff
 from worker.adapters.langgraph import LangGraphHandoffs, resume_thread
 from worker.adapters.pauses import forget_built
@@ -58,6 +65,20 @@ CHECKPOINTS_ENV = "BENCH_LANGGRAPH_CHECKPOINTS"
 """Environment variable naming the SQLite file the benchmark graph checkpoints to."""
 
 GRAPH_FACTORY = "bench.langgraph_resume:build_graph"
+
+
+@dataclass(frozen=True)
+class Options:
+    """The sizes of a run."""
+
+    rounds: int = 200
+    """Timed resumes each way."""
+    warmup: int = 20
+    """Untimed resumes first."""
+
+
+QUICK = Options(rounds=5, warmup=2)
+"""A smoke run: seconds, not figures."""
 
 
 class LoopState(TypedDict, total=False):
@@ -112,7 +133,7 @@ class TimedHandoffs(Handoffs):
             self.creating += time.perf_counter() - started
 
 
-def run(redis: Redis, rounds: int, warmup: int) -> tuple[Samples, Samples, list[float]]:
+def time_resumes(redis: Redis, rounds: int, warmup: int) -> tuple[Samples, Samples, list[float]]:
     """Time ``rounds`` resumes each way (after ``warmup``): direct, adapter, and the part
     of each adapter resume spent creating the next handoff."""
     namespace = f"benchlg{uuid.uuid4().hex[:10]}"
@@ -156,14 +177,6 @@ def run(redis: Redis, rounds: int, warmup: int) -> tuple[Samples, Samples, list[
         delete_namespace(redis, namespace)
 
 
-def delete_namespace(redis: Redis, namespace: str) -> None:
-    """Delete every key of ``namespace`` (``{ns}:*``), and nothing else."""
-    # Braces are literal in Redis glob patterns; the random namespace has no * ? [ or \.
-    keys = list(redis.scan_iter(match=f"{KeySpace(namespace).prefix}*", count=1000))
-    for first in range(0, len(keys), 1000):
-        redis.unlink(*keys[first : first + 1000])
-
-
 def _check_same_run(graph: Any, config: dict[str, Any], total: int) -> None:
     done = graph.get_state(config).values["done"]
     if done != list(range(total)):
@@ -174,16 +187,59 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1000:7.2f} ms"
 
 
-def report(
-    server: str,
-    checkpoints: Path,
-    rounds: int,
-    warmup: int,
-    direct: Samples,
-    adapter: Samples,
-    creating: list[float],
-) -> bool:
-    """Print the figures; True when the wall-clock median ratio meets the target."""
+@dataclass
+class LangGraphReport:
+    """Resume times both ways, and where the adapter's extra time goes."""
+
+    server: str
+    checkpoints: Path
+    options: Options
+    direct: Samples
+    adapter: Samples
+    creating: list[float]
+    """Seconds of each adapter resume spent creating the next handoff."""
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ratio(self) -> float:
+        """Adapter over direct, wall-clock medians."""
+        return statistics.median(self.adapter.wall) / statistics.median(self.direct.wall)
+
+    def figures(self) -> list[Figure]:
+        """The row for ``bench/run_all``'s table."""
+        return [
+            Figure(
+                "LangGraph resume, adapter / direct (median)",
+                self.ratio,
+                "x",
+                Target("<=", RATIO_TARGET),
+            )
+        ]
+
+    def print_report(self) -> None:
+        """Both ways' medians, p90, means and CPU; the ratio next to its target."""
+        _print_report(self)
+
+
+def run(server: RedisServer, options: Options) -> LangGraphReport:
+    """Time both ways on ``server``, with a SQLite checkpointer in a temporary folder."""
+    with tempfile.TemporaryDirectory() as folder:
+        checkpoints = Path(folder) / "checkpoints.sqlite"
+        os.environ[CHECKPOINTS_ENV] = str(checkpoints)
+        forget_built()
+        redis = server.client()
+        try:
+            direct, adapter, creating = time_resumes(redis, options.rounds, options.warmup)
+        finally:
+            redis.close()
+            forget_built()  # the graph's SQLite connection points into the folder
+    return LangGraphReport(server.description, checkpoints, options, direct, adapter, creating)
+
+
+def _print_report(result: LangGraphReport) -> None:
+    """Print the figures."""
+    direct, adapter, creating = result.direct, result.adapter, result.creating
+    rounds, warmup = result.options.rounds, result.options.warmup
     median = statistics.median
 
     def row(name: str, samples: Samples) -> str:
@@ -194,15 +250,14 @@ def report(
             f"{_ms(statistics.fmean(samples.wall))}  {_ms(median(samples.cpu))}"
         )
 
-    ratio = median(adapter.wall) / median(direct.wall)
+    ratio = result.ratio
     ratio_cpu = median(adapter.cpu) / median(direct.cpu)
     without_handoff = [a - c for a, c in zip(adapter.wall, creating, strict=True)]
     ratio_resume_only = median(without_handoff) / median(direct.wall)
     ok = ratio <= RATIO_TARGET
-    load = ", ".join(f"{v:.1f}" for v in os.getloadavg())
     print("LangGraph resume: through the adapter vs graph.invoke(Command(resume=...)) directly")
-    print(f"  redis: {server}; load average {load} on {os.cpu_count()} cores")
-    print(f"  checkpointer: SqliteSaver on {checkpoints}, durability='sync' for both")
+    print(f"  redis: {result.server}; load average {load_average()} on {os.cpu_count()} cores")
+    print(f"  checkpointer: SqliteSaver on {result.checkpoints}, durability='sync' for both")
     print("  graph: review (interrupt) -> act -> review ..., two threads, rounds alternate")
     print("  timed, per resume, in this process:")
     print("    direct  = graph.invoke(Command(resume={interrupt_id: value}), config)")
@@ -226,38 +281,27 @@ def report(
         f"                        {ratio_cpu:.2f}x cpu median, {ratio_resume_only:.2f}x wall "
         "median without creating the next handoff"
     )
-    return ok
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Command-line options."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--redis-url", default=None, help="Redis to use (default: embedded)")
-    parser.add_argument("--rounds", type=int, default=200, help="timed resumes each way")
-    parser.add_argument("--warmup", type=int, default=20, help="untimed resumes first")
+    add_redis_option(parser)
+    defaults = Options()
+    parser.add_argument(
+        "--rounds", type=int, default=defaults.rounds, help="timed resumes each way"
+    )
+    parser.add_argument("--warmup", type=int, default=defaults.warmup, help="untimed resumes first")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; 0 when the ratio meets the target, 1 otherwise."""
     args = parse_args(argv)
-    with contextlib.ExitStack() as cleanup, tempfile.TemporaryDirectory() as folder:
-        checkpoints = Path(folder) / "checkpoints.sqlite"
-        os.environ[CHECKPOINTS_ENV] = str(checkpoints)
-        forget_built()
-        url = args.redis_url
-        if url:
-            server = url
-        else:
-            embedded = start_embedded_redis()
-            cleanup.callback(embedded.stop)
-            url = embedded.connection_url
-            server = f"embedded server at {url}"
-        redis = Redis.from_url(url)
-        cleanup.callback(redis.close)
-        direct, adapter, creating = run(redis, args.rounds, args.warmup)
-        ok = report(server, checkpoints, args.rounds, args.warmup, direct, adapter, creating)
-    return 0 if ok else 1
+    with redis_server(args.redis_url) as server:
+        result = run(server, options_from(Options, args))
+    result.print_report()
+    return 0 if all(figure.met for figure in result.figures()) else 1
 
 
 if __name__ == "__main__":

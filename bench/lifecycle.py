@@ -23,50 +23,79 @@ Run from the repository root::
 from __future__ import annotations
 
 import argparse
-import contextlib
 import cProfile
 import functools
 import math
 import os
 import pstats
-import shutil
-import signal
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
-from types import FrameType
-from typing import Any
+from typing import Any, Literal
 
 from redis import Redis
-from rq import Worker
 from rq.registry import FailedJobRegistry, FinishedJobRegistry
 
+from bench.common import (
+    Figure,
+    RedisServer,
+    Target,
+    add_redis_option,
+    bench_key,
+    delete_namespace,
+    delete_queue,
+    latency_figures,
+    load_average,
+    options_from,
+    percentile,
+    progress,
+    redis_server,
+    run_main,
+    unlink_matching,
+)
+from bench.processes import Processes, subprocess_env, wait_for_workers
 from bench.targets import METADATA_KEY, RESUME_TARGET, count_key, ids_key, latency_key
-from bot.embedded import start_embedded_redis
 from store.keys import KeySpace
 from store.models import Handoff, TaskState
 from worker.client import Handoffs
 from worker.runner import make_queue
 
-ROOT = Path(__file__).resolve().parent.parent
-"""Repository root, put on the workers' PYTHONPATH so they can import ``bench.targets``."""
-
 RATIO_TARGET = 0.5
 """create+decide throughput over raw SET+GET throughput that the design aims for."""
 
-WORKER_START_TIMEOUT_SECONDS = 60.0
 TASK_WAIT_TIMEOUT_SECONDS = 30.0
-WORKER_STOP_TIMEOUT_SECONDS = 15.0
+STOP_TIMEOUT_SECONDS = 15.0
 POLL_SECONDS = 0.05
 PROGRESS_EVERY_SECONDS = 5.0
 WARMUP_COUNT = 200
-SCAN_BATCH = 1000
+
+
+@dataclass(frozen=True)
+class Options:
+    """The sizes of a run (defaults: the issue's)."""
+
+    count: int = 5000
+    """Handoffs per phase."""
+    concurrency: int = 8
+    """Client threads creating and deciding."""
+    workers: int = 2
+    """``handoff worker`` processes of phase 2."""
+    rounds: int = 2
+    """Alternating rounds (raw baseline, create+decide) of phase 1."""
+    latency_samples: int = 20
+    """Handoffs decided one at a time at the end of phase 2."""
+    timeout: float = 600.0
+    """Seconds to wait for the deliveries and resumes."""
+    phase: Literal["both", "1", "2"] = "both"
+    profile: int = 0
+    """Also profile this many create+decide calls in one thread (0: no profile)."""
+
+
+QUICK = Options(count=30, concurrency=4, workers=1, rounds=1, latency_samples=3)
+"""A smoke run: seconds, not figures."""
 
 
 # -- running work from threads ----------------------------------------------------------
@@ -104,7 +133,7 @@ def run_threads(work: Callable[[int], None], count: int, concurrency: int) -> fl
         # On Ctrl-C, stop the threads before the caller deletes keys they would still write.
         stop.set()
         for thread in threads:
-            thread.join(timeout=WORKER_STOP_TIMEOUT_SECONDS)
+            thread.join(timeout=STOP_TIMEOUT_SECONDS)
     elapsed = time.perf_counter() - started
     if errors:
         raise errors[0]
@@ -134,11 +163,6 @@ def create_handoff(handoffs: Handoffs, i: int, bench_key: str) -> Handoff:
 def approve(handoffs: Handoffs, handoff_id: str) -> None:
     """Approve as a reviewer clicking the button would."""
     handoffs.decide(handoff_id, "approved", by="U_BENCH", via="bench")
-
-
-def bench_key(namespace: str, label: str) -> str:
-    """Base name of the keys the resume target records under; inside the namespace."""
-    return f"{KeySpace(namespace).prefix}bench:{label}"
 
 
 # -- phase 1: create+decide against raw round trips ------------------------------------
@@ -246,8 +270,8 @@ class PhaseOne:
         return self.handoffs.rate / self.raw.rate
 
 
-def run_phase_one(redis: Redis, tag: str, args: argparse.Namespace) -> PhaseOne:
-    """Alternate the raw baseline and create+decide ``args.rounds`` times; keep the best.
+def run_phase_one(redis: Redis, tag: str, options: Options) -> PhaseOne:
+    """Alternate the raw baseline and create+decide ``options.rounds`` times; keep the best.
 
     Each round of handoffs gets a fresh namespace, deleted right after, so later rounds
     do not run against a growing audit stream and indexes.
@@ -257,19 +281,19 @@ def run_phase_one(redis: Redis, tag: str, args: argparse.Namespace) -> PhaseOne:
         value_bytes = request_size(redis, warmup)
         value = b"x" * value_bytes
         # Load the Lua scripts and fill the connection pool before anything is timed.
-        run_threads(raw_work(redis, warmup, value), WARMUP_COUNT, args.concurrency)
-        run_threads(create_decide_work(redis, warmup), WARMUP_COUNT, args.concurrency)
+        run_threads(raw_work(redis, warmup, value), WARMUP_COUNT, options.concurrency)
+        run_threads(create_decide_work(redis, warmup), WARMUP_COUNT, options.concurrency)
     finally:
         delete_namespace(redis, warmup)
     result = PhaseOne(value_bytes, Measurement(), Measurement())
-    for number in range(1, args.rounds + 1):
+    for number in range(1, options.rounds + 1):
         namespace = f"{tag}p1r{number}"
         try:
             work = raw_work(redis, namespace, value)
-            rate = result.raw.run_round(redis, work, args.count, args.concurrency)
+            rate = result.raw.run_round(redis, work, options.count, options.concurrency)
             progress(f"round {number}: raw SET+GET {rate:,.0f}/s")
             work = create_decide_work(redis, namespace)
-            rate = result.handoffs.run_round(redis, work, args.count, args.concurrency)
+            rate = result.handoffs.run_round(redis, work, options.count, options.concurrency)
             progress(f"round {number}: create+decide {rate:,.0f}/s")
         finally:
             delete_namespace(redis, namespace)
@@ -295,81 +319,21 @@ def profile_create_decide(redis: Redis, namespace: str, count: int) -> None:
 # -- phase 2: the full lifecycle through real workers -----------------------------------
 
 
-@contextlib.contextmanager
-def running_workers(
-    count: int, *, redis_url: str, namespace: str, queue: str, log_dir: Path
-) -> Iterator[list[subprocess.Popen[bytes]]]:
-    """Run ``count`` ``handoff worker`` processes; stop them on exit, however it happens.
-
-    Each runs in a session of its own, so a Ctrl-C at the terminal does not reach it and
-    stopping its process group also stops the dispatcher and work horse it started.
-    """
-    env = {
-        **os.environ,
-        "REDIS_URL": redis_url,
-        "HANDOFF_NAMESPACE": namespace,
-        "HANDOFF_QUEUE": queue,
-        "HANDOFF_SWEEP_INTERVAL_SECONDS": "0.2",
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-    }
-    processes: list[subprocess.Popen[bytes]] = []
-    try:
-        for number in range(count):
-            name = f"{queue}-w{number}"
-            with open(log_dir / f"{name}.log", "wb") as log:
-                processes.append(
-                    subprocess.Popen(
-                        [sys.executable, "-m", "bot.cli", "worker", "--name", name],
-                        env=env,
-                        cwd=ROOT,
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                        start_new_session=True,
-                    )
-                )
-        yield processes
-    finally:
-        stop_workers(processes)
-
-
-def stop_workers(processes: list[subprocess.Popen[bytes]]) -> None:
-    """SIGTERM each worker's process group (a warm shutdown), then SIGKILL what remains."""
-    for process in processes:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-    deadline = time.monotonic() + WORKER_STOP_TIMEOUT_SECONDS
-    for process in processes:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=max(0.1, deadline - time.monotonic()))
-        # The group outlives its leader while the dispatcher or a horse is still exiting.
-        while time.monotonic() < deadline and _group_alive(process.pid):
-            time.sleep(0.05)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-def wait_for_workers(
-    redis: Redis, queue: str, processes: list[subprocess.Popen[bytes]], log_dir: Path
+def start_workers(
+    processes: Processes, redis: Redis, options: Options, *, redis_url: str, namespace: str
 ) -> None:
-    """Block until every worker has registered with RQ; raise if one exits first."""
-    rq_queue = make_queue(redis, queue)
-    deadline = time.monotonic() + WORKER_START_TIMEOUT_SECONDS
-    while Worker.count(connection=redis, queue=rq_queue) < len(processes):
-        exited = [p.pid for p in processes if p.poll() is not None]
-        if exited:
-            raise RuntimeError(f"worker(s) {exited} exited at start; see logs in {log_dir}")
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"workers did not register within the timeout; see {log_dir}")
-        time.sleep(POLL_SECONDS)
+    """Start ``options.workers`` ``handoff worker`` processes on ``namespace`` (whose name
+    is also the RQ queue's) and wait until each has registered with RQ."""
+    env = subprocess_env(
+        redis_url,
+        HANDOFF_NAMESPACE=namespace,
+        HANDOFF_QUEUE=namespace,
+        HANDOFF_SWEEP_INTERVAL_SECONDS="0.2",
+    )
+    # Worker names carry the queue's, so the cleanup finds their RQ keys.
+    names = [f"{namespace}-w{number}" for number in range(options.workers)]
+    processes.spawn_workers(names, env)
+    wait_for_workers(redis, processes, names)
 
 
 def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
@@ -434,52 +398,46 @@ class PhaseTwo:
     problems: list[str] = field(default_factory=list)
 
 
-def run_phase_two(redis: Redis, redis_url: str, tag: str, args: argparse.Namespace) -> PhaseTwo:
-    """Create, approve and resume ``args.count`` handoffs through real workers."""
+def run_phase_two(redis: Redis, redis_url: str, tag: str, options: Options) -> PhaseTwo:
+    """Create, approve and resume ``options.count`` handoffs through real workers."""
     namespace = queue = f"{tag}life"
     handoffs = Handoffs(redis, namespace=namespace)
     keys = handoffs.store.keys
     bulk, idle, warm = (bench_key(namespace, label) for label in ("bulk", "idle", "warm"))
     result = PhaseTwo()
-    log_dir = Path(tempfile.mkdtemp(prefix="handoff-bench-"))
+    processes = Processes("handoff-bench-")
     try:
-        with running_workers(
-            args.workers, redis_url=redis_url, namespace=namespace, queue=queue, log_dir=log_dir
-        ) as processes:
-            wait_for_workers(redis, queue, processes, log_dir)
-            # One handoff all the way through: the dispatcher and the target's import are
-            # ready before the clock starts.
-            idle_latencies(handoffs, warm, 1)
-            progress(f"{args.workers} workers ready; logs in {log_dir}")
+        start_workers(processes, redis, options, redis_url=redis_url, namespace=namespace)
+        # One handoff all the way through: the dispatcher and the target's import are
+        # ready before the clock starts.
+        idle_latencies(handoffs, warm, 1)
+        progress(f"{options.workers} workers ready; logs in {processes.log_dir}")
 
-            ids = [""] * args.count
+        ids = [""] * options.count
 
-            def create(i: int) -> None:
-                ids[i] = create_handoff(handoffs, i, bulk).id
+        def create(i: int) -> None:
+            ids[i] = create_handoff(handoffs, i, bulk).id
 
-            started = time.perf_counter()
-            result.create_seconds = run_threads(create, args.count, args.concurrency)
-            result.decide_seconds = run_threads(
-                lambda i: approve(handoffs, ids[i]), args.count, args.concurrency
-            )
-            result.finished = wait_for_lifecycle(redis, keys.outbox, count_key(bulk), args)
-            result.total_seconds = time.perf_counter() - started
-            if result.finished:
-                measure_idle_latency(result, handoffs, queue, idle, args)
+        started = time.perf_counter()
+        result.create_seconds = run_threads(create, options.count, options.concurrency)
+        result.decide_seconds = run_threads(
+            lambda i: approve(handoffs, ids[i]), options.count, options.concurrency
+        )
+        result.finished = wait_for_lifecycle(redis, keys.outbox, count_key(bulk), options)
+        result.total_seconds = time.perf_counter() - started
+        if result.finished:
+            measure_idle_latency(result, handoffs, queue, idle, options)
         # Checked with the workers stopped: a late duplicate resume would show by now.
-        check_phase_two(result, handoffs, ids, queue, bulk, idle, args)
-    except BaseException:
-        print(f"worker logs kept in {log_dir}", file=sys.stderr)
-        raise
-    if result.problems:
-        print(f"worker logs kept in {log_dir}", file=sys.stderr)
-    else:
-        shutil.rmtree(log_dir, ignore_errors=True)
+        processes.stop_all()
+        check_phase_two(result, handoffs, ids, queue, bulk, idle, options)
+        processes.keep_logs = bool(result.problems)
+    finally:
+        processes.finish()
     return result
 
 
 def measure_idle_latency(
-    result: PhaseTwo, handoffs: Handoffs, queue: str, key: str, args: argparse.Namespace
+    result: PhaseTwo, handoffs: Handoffs, queue: str, key: str, options: Options
 ) -> None:
     """Sample click-to-resume latency once the workers have nothing left to do.
 
@@ -489,16 +447,16 @@ def measure_idle_latency(
     """
     rq_queue = make_queue(handoffs.redis, queue)
     try:
-        wait_until(lambda: rq_queue.count == 0, args.timeout, "draining the RQ queue")
-        result.idle_latencies = idle_latencies(handoffs, key, args.latency_samples)
+        wait_until(lambda: rq_queue.count == 0, options.timeout, "draining the RQ queue")
+        result.idle_latencies = idle_latencies(handoffs, key, options.latency_samples)
     except TimeoutError as exc:
         result.problems.append(f"idle latency samples: {exc}")
 
 
-def wait_for_lifecycle(redis: Redis, outbox: str, counter: str, args: argparse.Namespace) -> bool:
+def wait_for_lifecycle(redis: Redis, outbox: str, counter: str, options: Options) -> bool:
     """Wait until all resumes ran and the outbox is empty (every delivery and resume
     finished); False on timeout."""
-    deadline = time.monotonic() + args.timeout
+    deadline = time.monotonic() + options.timeout
     next_report = time.monotonic() + PROGRESS_EVERY_SECONDS
     while time.monotonic() < deadline:
         with redis.pipeline(transaction=False) as pipe:
@@ -506,10 +464,10 @@ def wait_for_lifecycle(redis: Redis, outbox: str, counter: str, args: argparse.N
             pipe.zcard(outbox)
             resumed, outstanding = pipe.execute()
         resumed = int(resumed or 0)
-        if resumed >= args.count and outstanding == 0:
+        if resumed >= options.count and outstanding == 0:
             return True
         if time.monotonic() >= next_report:
-            progress(f"resumed {resumed:,}/{args.count:,}, {outstanding:,} tasks outstanding")
+            progress(f"resumed {resumed:,}/{options.count:,}, {outstanding:,} tasks outstanding")
             next_report += PROGRESS_EVERY_SECONDS
         time.sleep(POLL_SECONDS)
     return False
@@ -522,7 +480,7 @@ def check_phase_two(
     queue: str,
     bulk: str,
     idle: str,
-    args: argparse.Namespace,
+    options: Options,
 ) -> None:
     """Fill in the counts and note every way the run broke "each resume runs exactly once"."""
     redis = handoffs.redis
@@ -539,9 +497,11 @@ def check_phase_two(
     result.rq_jobs_finished = FinishedJobRegistry(queue=rq_queue).count
     result.rq_jobs_failed = FailedJobRegistry(queue=rq_queue).count
 
-    n = args.count
+    n = options.count
     if not result.finished:
-        result.problems.append(f"not every handoff was delivered and resumed in {args.timeout} s")
+        result.problems.append(
+            f"not every handoff was delivered and resumed in {options.timeout} s"
+        )
     if result.resumes_run > result.distinct_resumed:
         duplicates = result.resumes_run - result.distinct_resumed
         result.problems.append(f"{duplicates} resume(s) ran more than once")
@@ -559,75 +519,7 @@ def check_phase_two(
         )
 
 
-# -- cleaning up only what the benchmark wrote ------------------------------------------
-
-
-def delete_namespace(redis: Redis, namespace: str) -> None:
-    """Delete every key of ``namespace`` (``{ns}:*``), and nothing else."""
-    # Braces are literal in Redis glob patterns; the random namespace has no * ? [ or \.
-    _unlink_matching(redis, f"{KeySpace(namespace).prefix}*")
-
-
-def delete_queue(redis: Redis, queue: str) -> None:
-    """Delete the RQ keys of ``queue``: its jobs, registries, workers and scheduler."""
-    job_keys = [
-        key
-        for key in redis.scan_iter(match="rq:job:*", count=SCAN_BATCH)
-        if key.count(b":") == 2  # rq:job:<id>, not rq:job:<id>:dependents
-    ]
-    ours: list[bytes] = []
-    for first in range(0, len(job_keys), SCAN_BATCH):
-        batch = job_keys[first : first + SCAN_BATCH]
-        with redis.pipeline(transaction=False) as pipe:
-            for key in batch:
-                pipe.hget(key, "origin")
-            origins = pipe.execute()
-        ours.extend(
-            key for key, origin in zip(batch, origins, strict=True) if origin == queue.encode()
-        )
-    for first in range(0, len(ours), SCAN_BATCH):
-        batch = ours[first : first + SCAN_BATCH]
-        job_ids = [key.split(b":", 2)[2] for key in batch]
-        related = [
-            b"rq:%s:%s" % (kind, job_id)
-            for job_id in job_ids
-            for kind in (b"results", b"executions")
-        ]
-        redis.unlink(*batch, *related)
-    # Queue, registries, scheduler lock and worker keys all carry the (random) queue name.
-    _unlink_matching(redis, f"rq:*{queue}*")
-    redis.srem("rq:queues", f"rq:queue:{queue}")
-    workers = [m for m in redis.smembers("rq:workers") if queue.encode() in m]
-    if workers:
-        redis.srem("rq:workers", *workers)
-    for key in redis.scan_iter(match="rq:scheduler:*", count=SCAN_BATCH):
-        if redis.type(key) == b"hash" and redis.hget(key, "queues") == queue.encode():
-            redis.unlink(key)
-
-
-def _unlink_matching(redis: Redis, pattern: str) -> None:
-    batch: list[bytes] = []
-    for key in redis.scan_iter(match=pattern, count=SCAN_BATCH):
-        batch.append(key)
-        if len(batch) >= SCAN_BATCH:
-            redis.unlink(*batch)
-            batch.clear()
-    if batch:
-        redis.unlink(*batch)
-
-
 # -- reporting --------------------------------------------------------------------------
-
-
-def progress(message: str) -> None:
-    """A progress line on stderr, so stdout keeps only the report."""
-    print(f"  .. {message}", file=sys.stderr, flush=True)
-
-
-def percentile(values: list[float], fraction: float) -> float:
-    """Nearest-rank percentile (``fraction`` in 0..1) of ``values``."""
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(fraction * len(ordered)) - 1))]
 
 
 def describe_latency(values: list[float]) -> str:
@@ -646,20 +538,58 @@ def _ms(value: float) -> str:
     return f"{value / 1000:.2f} s" if value >= 1000 else f"{value:.0f} ms"
 
 
-def print_report(
-    server: str, args: argparse.Namespace, one: PhaseOne | None, two: PhaseTwo | None
-) -> None:
+@dataclass
+class LifecycleReport:
+    """What one run measured: phase 1 and/or phase 2 (``Options.phase``)."""
+
+    server: str
+    options: Options
+    one: PhaseOne | None
+    two: PhaseTwo | None
+
+    @property
+    def problems(self) -> list[str]:
+        """Broken "each resume runs exactly once" checks of phase 2."""
+        return self.two.problems if self.two is not None else []
+
+    def figures(self) -> list[Figure]:
+        """The rows for ``bench/run_all``'s table."""
+        figures = []
+        if self.one is not None:
+            figures += [
+                Figure(
+                    "create+decide / raw SET+GET round trips",
+                    self.one.ratio,
+                    "x",
+                    Target(">=", RATIO_TARGET),
+                ),
+                Figure("create+decide, no workers", self.one.handoffs.rate, "/s"),
+            ]
+        if self.two is not None:
+            two, workers = self.two, self.options.workers
+            rate = self.options.count / two.total_seconds if two.finished else math.nan
+            figures += [
+                Figure(f"create -> delivered + resumed, {workers} workers", rate, "/s"),
+                *latency_figures("decided -> resume started, idle workers", two.idle_latencies),
+            ]
+        return figures
+
+    def print_report(self) -> None:
+        """The figures, as a short table."""
+        print_report(self.server, self.options, self.one, self.two)
+
+
+def print_report(server: str, options: Options, one: PhaseOne | None, two: PhaseTwo | None) -> None:
     """The figures, as a short table."""
-    n = args.count
+    n = options.count
     print(f"\nslack-handoff lifecycle benchmark — {server}")
-    print(f"  {n:,} handoffs, {args.concurrency} client threads, {args.workers} workers")
+    print(f"  {n:,} handoffs, {options.concurrency} client threads, {options.workers} workers")
     # Other processes on the machine skew wall-clock rates; say how busy it was.
-    load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
-    print(f"  {os.cpu_count()} CPUs; load average (1, 5, 15 min) at the end: {load}")
+    print(f"  {os.cpu_count()} CPUs; load average (1, 5, 15 min) at the end: {load_average()}")
     if one is not None:
         met = "met" if one.ratio >= RATIO_TARGET else "NOT met"
         raw, made = one.raw, one.handoffs
-        print(f"\ncreate+decide alone, no workers ({args.rounds} alternating rounds)")
+        print(f"\ncreate+decide alone, no workers ({options.rounds} alternating rounds)")
         rows = [
             ("", "raw SET+GET", "create+decide"),
             ("value / request size", f"{one.value_bytes} B", f"{one.value_bytes} B"),
@@ -686,7 +616,7 @@ def print_report(
             f"  create+decide / raw SET+GET ratio: {one.ratio:.2f} (target >= {RATIO_TARGET}) {met}"
         )
     if two is not None:
-        print(f"\nfull lifecycle through {args.workers} `handoff worker` processes")
+        print(f"\nfull lifecycle through {options.workers} `handoff worker` processes")
         print(f"  create        {_timed(n, two.create_seconds)}")
         print(f"  decide        {_timed(n, two.decide_seconds)}")
         if two.finished:
@@ -711,27 +641,52 @@ def print_report(
 # -- entry point -------------------------------------------------------------------------
 
 
+def run(server: RedisServer, options: Options) -> LifecycleReport:
+    """Run the phases ``options`` asks for on ``server``; delete the run's keys after."""
+    tag = f"bench{uuid.uuid4().hex[:12]}"
+    redis = server.client()
+    try:
+        one = run_phase_one(redis, tag, options) if options.phase in ("both", "1") else None
+        if options.profile:
+            profile_create_decide(redis, f"{tag}prof", options.profile)
+        two = None
+        if options.phase in ("both", "2"):
+            two = run_phase_two(redis, server.url, tag, options)
+        return LifecycleReport(server.description, options, one, two)
+    finally:
+        _delete_run_keys(redis, tag)
+        redis.close()
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options."""
     parser = argparse.ArgumentParser(
         prog="python -m bench.lifecycle",
         description="Create, decide and resume handoffs through real workers; print rates.",
     )
-    parser.add_argument("--count", type=int, default=5000, help="handoffs per phase")
-    parser.add_argument("--concurrency", type=int, default=8, help="client threads")
-    parser.add_argument("--workers", type=int, default=2, help="`handoff worker` processes")
+    defaults = Options()
+    parser.add_argument("--count", type=int, default=defaults.count, help="handoffs per phase")
     parser.add_argument(
-        "--redis-url",
-        default=os.environ.get("REDIS_URL"),
-        help="Redis to use (default: env REDIS_URL, else an embedded server)",
+        "--concurrency", type=int, default=defaults.concurrency, help="client threads"
     )
-    parser.add_argument("--rounds", type=int, default=2, help="alternating rounds of phase 1")
     parser.add_argument(
-        "--latency-samples", type=int, default=20, help="handoffs decided one by one at the end"
+        "--workers", type=int, default=defaults.workers, help="`handoff worker` processes"
     )
-    parser.add_argument("--timeout", type=float, default=600, help="seconds to wait for resumes")
+    add_redis_option(parser)
     parser.add_argument(
-        "--phase", choices=["both", "1", "2"], default="both", help="which phases to run"
+        "--rounds", type=int, default=defaults.rounds, help="alternating rounds of phase 1"
+    )
+    parser.add_argument(
+        "--latency-samples",
+        type=int,
+        default=defaults.latency_samples,
+        help="handoffs decided one by one at the end",
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=defaults.timeout, help="seconds to wait for resumes"
+    )
+    parser.add_argument(
+        "--phase", choices=["both", "1", "2"], default=defaults.phase, help="which phases to run"
     )
     parser.add_argument(
         "--profile", type=int, default=0, metavar="N", help="also profile N create+decide calls"
@@ -746,53 +701,22 @@ def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; 0 when every resume ran exactly once, 1 otherwise (130 when
     interrupted, after stopping the workers and deleting the run's keys)."""
     args = parse_args(argv)
-    # Turn a SIGTERM into the same unwinding as Ctrl-C, so workers and keys are cleaned up.
-    signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        return _run(args)
-    except KeyboardInterrupt:
-        print("interrupted; workers stopped and the run's keys deleted", file=sys.stderr)
-        return 130
 
+    def measure_and_print() -> int:
+        with redis_server(args.redis_url) as server:
+            report = run(server, options_from(Options, args))
+        report.print_report()
+        return 1 if report.problems else 0
 
-def _run(args: argparse.Namespace) -> int:
-    tag = f"bench{uuid.uuid4().hex[:12]}"
-    with contextlib.ExitStack() as cleanup:
-        url = args.redis_url
-        if url:
-            description = url
-        else:
-            embedded = start_embedded_redis()
-            cleanup.callback(embedded.stop)
-            url = embedded.connection_url
-            description = f"embedded server at {url}"
-        redis = Redis.from_url(url)
-        cleanup.callback(redis.close)
-        info = redis.info("server")
-        version = info.get("valkey_version") or info.get("redis_version")
-        name = "valkey" if "valkey_version" in info else "redis"
-        server = f"{description} ({name} {version})"
-        cleanup.callback(_delete_run_keys, redis, tag)
-
-        one = run_phase_one(redis, tag, args) if args.phase in ("both", "1") else None
-        if args.profile:
-            profile_create_decide(redis, f"{tag}prof", args.profile)
-        two = run_phase_two(redis, url, tag, args) if args.phase in ("both", "2") else None
-        print_report(server, args, one, two)
-        failed = two is not None and bool(two.problems)
-    return 1 if failed else 0
+    return run_main(measure_and_print)
 
 
 def _delete_run_keys(redis: Redis, tag: str) -> None:
     for namespace in (f"{tag}warm", f"{tag}prof", f"{tag}life"):
         delete_namespace(redis, namespace)
     # Round namespaces are deleted as each round ends; this catches an interrupted one.
-    _unlink_matching(redis, "{" + tag + "p1r*")
+    unlink_matching(redis, "{" + tag + "p1r*")
     delete_queue(redis, f"{tag}life")
-
-
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":

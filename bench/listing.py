@@ -33,12 +33,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
 
@@ -48,11 +47,21 @@ from slack_bolt.request import BoltRequest
 from slack_sdk import WebClient
 from slack_sdk.signature import SignatureVerifier
 
-from bench.lifecycle import delete_namespace, percentile, progress
+from bench.common import (
+    Figure,
+    RedisServer,
+    Target,
+    add_redis_option,
+    delete_namespace,
+    load_average,
+    options_from,
+    percentile,
+    progress,
+    redis_server,
+)
 from bot.admin_views import render_listing
 from bot.app import create_app
 from bot.config import Settings
-from bot.embedded import start_embedded_redis
 from bot.home import Homes
 from bot.queues import PAGE_SIZE, ListFilter, Listings, ListKind
 from bot.reviewers import ReviewerPolicy
@@ -79,13 +88,31 @@ CACHE_SECONDS = 3600
 CREATE_BATCH = 1000
 
 
+@dataclass(frozen=True)
+class Options:
+    """The sizes of a run (defaults: the issue's)."""
+
+    count: int = 100_000
+    """Pending handoffs in the namespace."""
+    runs: int = 200
+    """Timed runs per scenario."""
+    warmup: int = 20
+    """Untimed runs first."""
+    keep: bool = False
+    """Keep the namespace afterwards."""
+
+
+QUICK = Options(count=2000, runs=10, warmup=2)
+"""A smoke run: seconds, not figures."""
+
+
 # -- filling the namespace ---------------------------------------------------------------
 
 
 def request_for(index: int) -> HandoffRequest:
     """The ``index``-th handoff of the mix."""
     kind = ("approval", "question", "correction", "escalation")[index % 4]
-    payload: dict[str, Any] = {
+    payloads: dict[str, dict[str, Any]] = {
         "approval": {
             "kind": "approval",
             "action": {"name": "issue_refund", "args": {"order": f"A-{index}", "usd": 30}},
@@ -93,7 +120,8 @@ def request_for(index: int) -> HandoffRequest:
         "question": {"kind": "question", "question": f"Which region for order A-{index}?"},
         "correction": {"kind": "correction", "draft": f"Dear customer {index}, ..."},
         "escalation": {"kind": "escalation", "summary": f"Order A-{index} needs a human."},
-    }[kind]
+    }
+    payload = payloads[kind]
     if index % 10 == 0:
         reviewers: list[str] = []
     elif index % 10 == 1:
@@ -153,7 +181,7 @@ def fill(redis: Redis, store: HandoffStore, count: int) -> float:
 
 
 @dataclass(frozen=True)
-class Figure:
+class Timing:
     """Milliseconds of repeated runs of one scenario: wall clock, and this process's CPU
     (which a busy machine inflates less than the wall clock)."""
 
@@ -171,7 +199,7 @@ class Figure:
         )
 
 
-def measure(label: str, work: Callable[[], object], *, runs: int, warmup: int) -> Figure:
+def measure(label: str, work: Callable[[], object], *, runs: int, warmup: int) -> Timing:
     """Time ``work`` ``runs`` times after ``warmup`` untimed runs."""
     for _ in range(warmup):
         work()
@@ -181,7 +209,7 @@ def measure(label: str, work: Callable[[], object], *, runs: int, warmup: int) -
         work()
         millis.append((time.perf_counter() - started) * 1000)
         cpu_millis.append((time.process_time() - cpu_started) * 1000)
-    return Figure(label, millis, cpu_millis)
+    return Timing(label, millis, cpu_millis)
 
 
 def bolt_app(redis: Redis, namespace: str, slack: SlackStandIn) -> App:
@@ -225,7 +253,7 @@ def signed_command(app: App, text: str, user: str) -> Callable[[], object]:
                     "content-type": ["application/x-www-form-urlencoded"],
                     "x-slack-request-timestamp": [timestamp],
                     "x-slack-signature": [
-                        verifier.generate_signature(timestamp=timestamp, body=body)
+                        str(verifier.generate_signature(timestamp=timestamp, body=body))
                     ],
                 },
             )
@@ -237,7 +265,82 @@ def signed_command(app: App, text: str, user: str) -> Callable[[], object]:
     return dispatch
 
 
-def run(args: argparse.Namespace, redis: Redis, slack: SlackStandIn) -> list[Figure]:
+@dataclass
+class ListingReport:
+    """The timings of one run, and what the report says about the data they ran on."""
+
+    options: Options
+    server: str
+    timings: list[Timing]
+    fill_seconds: float
+    cold_homes_ms: list[float]
+    """The first Homes after the fill, which sort the backlog of handoffs without
+    reviewers into the bot's index."""
+    stats_ms: float
+    own_pending: int
+    group_pending: int
+    home_shown: int
+    home_blocks: int
+    web_api_calls: int
+    """Web API calls made while measuring (cached answers: should be 0)."""
+    problems: list[str] = field(default_factory=list)
+
+    def figures(self) -> list[Figure]:
+        """The rows for ``bench/run_all``'s table: each scenario's p99."""
+        count = f"{self.options.count:,} pending"
+        return [
+            Figure(
+                f"{timing.label} p99, {count}",
+                percentile(timing.millis, 0.99),
+                "ms",
+                Target("<", TARGET_MS),
+            )
+            for timing in self.timings
+        ]
+
+    def print_report(self) -> None:
+        """Every scenario's p50, p99 and CPU next to the target."""
+        options = self.options
+        print(f"\nslack-handoff listing benchmark: {options.count:,} pending handoffs")
+        print(f"  {self.server}")
+        print(f"  filled in {self.fill_seconds:.1f} s; load average {load_average()}")
+        print(
+            f"  reviewer {VIEWER}: {self.own_pending:,} own, group S0BENCH0 "
+            f"{self.group_pending:,}, {options.count // 10:,} naming no reviewers; their "
+            f"Home shows {self.home_shown} handoffs in {self.home_blocks} blocks"
+        )
+        print(
+            f"  {options.runs} runs each after {options.warmup} warm-up runs; "
+            f"Web API calls while measuring: {self.web_api_calls}\n"
+        )
+        for timing in self.timings:
+            print(timing.line())
+        print(
+            f"\n  first Homes after the fill (sorting {options.count // 10:,} handoffs without "
+            f"reviewers out of {options.count:,}): "
+            + ", ".join(f"{ms:.0f} ms" for ms in self.cold_homes_ms)
+        )
+        print(
+            "  /handoff stats 7d, once (reads the whole audit stream of the window): "
+            f"{self.stats_ms:.0f} ms"
+        )
+        missed = [t.label for t in self.timings if percentile(t.millis, 0.99) >= TARGET_MS]
+        print("\nOK: every p99 under the target" if not missed else f"\nNOT met: {missed}")
+
+
+def run(server: RedisServer, options: Options) -> ListingReport:
+    """Fill a fresh namespace on ``server``, time every scenario, delete the namespace."""
+    users = [StandInUser(user, user.lower()) for user in [*USERS, ADMIN]]
+    standin = SlackStandIn(signing_secret=SIGNING_SECRET, users=users, usergroups=GROUPS)
+    redis = server.client()
+    try:
+        with standin:
+            return _run(redis, standin, options, server.description)
+    finally:
+        redis.close()
+
+
+def _run(redis: Redis, slack: SlackStandIn, options: Options, server: str) -> ListingReport:
     namespace = f"benchlist{uuid.uuid4().hex[:12]}"
     store = HandoffStore(redis, StoreConfig(namespace=namespace))
     client = WebClient(token=slack.bot_token, base_url=slack.api_url)
@@ -246,11 +349,11 @@ def run(args: argparse.Namespace, redis: Redis, slack: SlackStandIn) -> list[Fig
     )
     deps = HandlerDeps(store=store, reviewers=reviewers)
     try:
-        progress(f"creating {args.count:,} pending handoffs in namespace {namespace}")
-        seconds = fill(redis, store, args.count)
-        progress(f"created in {seconds:.1f} s ({args.count / seconds:,.0f}/s)")
-        if store.count_pending() != args.count:
-            raise RuntimeError(f"{store.count_pending()} pending, expected {args.count}")
+        progress(f"creating {options.count:,} pending handoffs in namespace {namespace}")
+        seconds = fill(redis, store, options.count)
+        progress(f"created in {seconds:.1f} s ({options.count / seconds:,.0f}/s)")
+        if store.count_pending() != options.count:
+            raise RuntimeError(f"{store.count_pending()} pending, expected {options.count}")
         mine = store.list_pending(store.keys.pending_by_reviewer(VIEWER), limit=10).items
         for handoff in mine:
             store.decide(handoff.id, "rejected", decided_by=VIEWER, via="bench")
@@ -268,7 +371,7 @@ def run(args: argparse.Namespace, redis: Redis, slack: SlackStandIn) -> list[Fig
         started = time.perf_counter()
         run_command(deps, ADMIN, parse_command("stats 7d"))
         stats_ms = (time.perf_counter() - started) * 1000
-        deep = _text(redis.zrange(store.keys.pending, args.count // 2, args.count // 2))
+        deep = _text(redis.zrange(store.keys.pending, options.count // 2, options.count // 2))
         everything = ListFilter(ListKind.PENDING)
         scenarios: list[tuple[str, Callable[[], object]]] = [
             (
@@ -277,7 +380,7 @@ def run(args: argparse.Namespace, redis: Redis, slack: SlackStandIn) -> list[Fig
             ),
             ("list, first page (signed request via Bolt)", signed_command(app, "list", ADMIN)),
             (
-                f"list, Next to page {args.count // 2 // PAGE_SIZE + 1:,}",
+                f"list, Next to page {options.count // 2 // PAGE_SIZE + 1:,}",
                 lambda: render_listing(listings.page(everything, viewer=ADMIN, after=deep)),
             ),
             (
@@ -294,53 +397,29 @@ def run(args: argparse.Namespace, redis: Redis, slack: SlackStandIn) -> list[Fig
         for _, work in scenarios:
             work()  # Bolt's one auth.test, the user-group lookups: cached from here on
         calls = len(slack.calls())
-        figures = [
-            measure(label, work, runs=args.runs, warmup=args.warmup) for label, work in scenarios
+        timings = [
+            measure(label, work, runs=options.runs, warmup=options.warmup)
+            for label, work in scenarios
         ]
         calls = len(slack.calls()) - calls
-        print_report(args, seconds, cold, stats_ms, figures, homes, store, calls)
-        return figures
+        built = homes.build(VIEWER)
+        return ListingReport(
+            options=options,
+            server=server,
+            timings=timings,
+            fill_seconds=seconds,
+            cold_homes_ms=cold,
+            stats_ms=stats_ms,
+            own_pending=store.count_pending(store.keys.pending_by_reviewer(VIEWER)),
+            group_pending=store.count_pending(store.keys.pending_by_reviewer("S0BENCH0")),
+            home_shown=len(built.shown),
+            home_blocks=len(built.view["blocks"]),
+            web_api_calls=calls,
+        )
     finally:
-        if not args.keep:
+        if not options.keep:
             progress("deleting the namespace")
             delete_namespace(redis, namespace)
-
-
-def print_report(
-    args: argparse.Namespace,
-    fill_seconds: float,
-    cold: list[float],
-    stats_ms: float,
-    figures: list[Figure],
-    homes: Homes,
-    store: HandoffStore,
-    calls: int,
-) -> None:
-    built = homes.build(VIEWER)
-    print(f"\nslack-handoff listing benchmark: {args.count:,} pending handoffs")
-    print(f"  filled in {fill_seconds:.1f} s; load average {os.getloadavg()[0]:.2f}")
-    print(
-        f"  reviewer {VIEWER}: {store.count_pending(store.keys.pending_by_reviewer(VIEWER)):,} "
-        f"own, group S0BENCH0 "
-        f"{store.count_pending(store.keys.pending_by_reviewer('S0BENCH0')):,}, "
-        f"{args.count // 10:,} naming no reviewers; their Home shows {len(built.shown)} "
-        f"handoffs in {len(built.view['blocks'])} blocks"
-    )
-    print(
-        f"  {args.runs} runs each after {args.warmup} warm-up runs; "
-        f"Web API calls while measuring: {calls}\n"
-    )
-    for figure in figures:
-        print(figure.line())
-    print(
-        f"\n  first Homes after the fill (sorting {args.count // 10:,} handoffs without "
-        f"reviewers out of {args.count:,}): " + ", ".join(f"{ms:.0f} ms" for ms in cold)
-    )
-    print(
-        f"  /handoff stats 7d, once (reads the whole audit stream of the window): {stats_ms:.0f} ms"
-    )
-    missed = [f.label for f in figures if percentile(f.millis, 0.99) >= TARGET_MS]
-    print("\nOK: every p99 under the target" if not missed else f"\nNOT met: {missed}")
 
 
 def _text(values: list[Any]) -> str:
@@ -353,33 +432,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m bench.listing", description=__doc__.split("\n\n")[0] if __doc__ else ""
     )
-    parser.add_argument("--count", type=int, default=100_000, help="pending handoffs")
-    parser.add_argument("--runs", type=int, default=200, help="timed runs per scenario")
-    parser.add_argument("--warmup", type=int, default=20, help="untimed runs first")
-    parser.add_argument("--redis-url", default=None, help="default: an embedded server")
+    defaults = Options()
+    parser.add_argument("--count", type=int, default=defaults.count, help="pending handoffs")
+    parser.add_argument("--runs", type=int, default=defaults.runs, help="timed runs per scenario")
+    parser.add_argument("--warmup", type=int, default=defaults.warmup, help="untimed runs first")
+    add_redis_option(parser)
     parser.add_argument("--keep", action="store_true", help="keep the namespace afterwards")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; 0 when every p99 is under the target, 1 otherwise."""
     args = parse_args(argv)
-    users = [StandInUser(user, user.lower()) for user in [*USERS, ADMIN]]
-    standin = SlackStandIn(signing_secret=SIGNING_SECRET, users=users, usergroups=GROUPS)
-    with _redis_at(args.redis_url) as redis, standin:
-        figures = run(args, redis, standin)
-    return 0 if all(percentile(f.millis, 0.99) < TARGET_MS for f in figures) else 1
-
-
-@contextlib.contextmanager
-def _redis_at(url: str | None) -> Iterator[Redis]:
-    if url:
-        yield Redis.from_url(url)
-        return
-    server = start_embedded_redis()
-    try:
-        yield Redis.from_url(server.connection_url)
-    finally:
-        server.stop()
+    with redis_server(args.redis_url) as server:
+        report = run(server, options_from(Options, args))
+    report.print_report()
+    return 0 if all(figure.met for figure in report.figures()) else 1
 
 
 if __name__ == "__main__":
