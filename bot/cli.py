@@ -58,7 +58,14 @@ def main(verbose: bool) -> None:
 @click.option("--burst", is_flag=True, help="Stop when the queue is empty.")
 @click.option("--no-dispatcher", is_flag=True, help="Run only the RQ worker.")
 @click.option("--name", default=None, help="Worker name shown by `rq info`.")
-def worker(burst: bool, no_dispatcher: bool, name: str | None) -> None:
+@click.option(
+    "--fork/--no-fork",
+    default=False,
+    show_default=True,
+    help="Run each job in a forked work horse (isolates resume targets that leak or crash) "
+    "instead of in the worker process.",
+)
+def worker(burst: bool, no_dispatcher: bool, name: str | None, fork: bool) -> None:
     """Run an RQ worker (and a dispatcher) for deliveries and resumes."""
     from worker.runner import run_worker
 
@@ -73,6 +80,7 @@ def worker(burst: bool, no_dispatcher: bool, name: str | None) -> None:
         dispatch_timeout=settings.dispatch_timeout_seconds,
         burst=burst,
         name=name,
+        fork=fork,
     )
 
 

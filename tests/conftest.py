@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -98,7 +98,10 @@ class WorkerProcesses:
         self.log_dir = log_dir
         self.processes: list[subprocess.Popen[bytes]] = []
 
-    def start(self, *, extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    def start(
+        self, *, extra_env: dict[str, str] | None = None, args: Sequence[str] = ()
+    ) -> subprocess.Popen[bytes]:
+        """Start `handoff worker` with ``args`` (e.g. ``--fork``)."""
         env = {
             **os.environ,
             "REDIS_URL": self.redis_url,
@@ -108,7 +111,15 @@ class WorkerProcesses:
         }
         log = open(self.log_dir / f"worker-{len(self.processes)}.log", "wb")  # noqa: SIM115
         process = subprocess.Popen(
-            [sys.executable, "-m", "bot.cli", "worker", "--name", f"test-{time.monotonic_ns()}"],
+            [
+                sys.executable,
+                "-m",
+                "bot.cli",
+                "worker",
+                "--name",
+                f"test-{time.monotonic_ns()}",
+                *args,
+            ],
             env=env,
             cwd=ROOT,
             stdout=log,

@@ -1,9 +1,9 @@
 """Start real `handoff worker` processes with an agent framework imported up front.
 
-The RQ worker forks a work horse for every job, and a horse that imports LangGraph or the
-OpenAI Agents SDK itself spends seconds on it, per job. Importing the framework in the
-worker's parent process first (as ``rq worker`` users do with a preloading script) lets
-each horse inherit it. The command is otherwise the real `handoff worker` (``bot.cli``).
+Importing LangGraph or the OpenAI Agents SDK takes seconds. Importing it in the worker
+before it starts (as ``rq worker`` users do with a preloading script) keeps that out of
+the first job's time, and lets forked work horses (``--fork``) inherit it. The command is
+otherwise the real `handoff worker` (``bot.cli``).
 """
 
 from __future__ import annotations
@@ -46,12 +46,13 @@ def start_preloaded_worker(
 
 
 def kill_worker_and_horse(workers: WorkerProcesses, hung: bytes | str | None) -> None:
-    """SIGKILL the worker whose work horse wrote ``hung`` ("<horse pid> <worker pid>"):
-    the worker, its dispatcher, and the horse (RQ puts each horse in a process group of
-    its own, so killing the worker's group alone leaves the horse running)."""
+    """SIGKILL the worker that wrote ``hung`` ("<pid> <parent pid>" of the process running
+    the job): the worker, its dispatcher, and its work horse when it forks one (RQ puts
+    each horse in a process group of its own, so killing the worker's group alone would
+    leave the horse running). Without ``--fork`` the job runs in the worker itself."""
     text = hung.decode() if isinstance(hung, bytes) else str(hung)
     horse, parent = (int(part) for part in text.split())
-    [worker] = [p for p in workers.processes if p.pid == parent]
+    [worker] = [p for p in workers.processes if p.pid in (horse, parent)]
     with contextlib.suppress(ProcessLookupError):
         os.kill(horse, signal.SIGKILL)
     workers.kill(worker)

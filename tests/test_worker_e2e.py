@@ -11,6 +11,7 @@ import threading
 import time
 from datetime import timedelta
 
+import pytest
 from redis import Redis
 
 from store.exceptions import AlreadyDecided
@@ -115,8 +116,9 @@ def test_fifty_concurrent_decisions_make_one_winner_and_one_resume(
     assert [e.event for e in handoffs.audit(handoff_id)].count("resumed") == 1
 
 
+@pytest.mark.parametrize("mode", ["--no-fork", "--fork"])
 def test_worker_killed_mid_resume_is_retried_and_completes_once(
-    redis: Redis, redis_url: str, workers: WorkerProcesses
+    redis: Redis, redis_url: str, workers: WorkerProcesses, mode: str
 ) -> None:
     policy = TaskPolicy(
         resume_max_attempts=3,
@@ -125,21 +127,23 @@ def test_worker_killed_mid_resume_is_retried_and_completes_once(
         lease_grace_seconds=0.5,
     )
     handoffs = Handoffs(redis, tasks=policy)
-    first = workers.start()
+    first = workers.start(args=[mode])
     handoff_id = _approval(handoffs, "tests.resume_targets:hang_on_first_attempt")
     handoffs.decide(handoff_id, "approved", by="U_ALICE")
     wait_until(lambda: redis.llen(resume_targets.STARTED) == 1)
 
     # The machine dies: SIGKILL to the worker and its dispatcher, and to the work horse
-    # running the target (RQ puts the horse in a process group of its own).
+    # running the target if the worker forked one (RQ puts it in a process group of its own).
     [started] = _entries(redis, resume_targets.STARTED)
     workers.kill(first)
     with contextlib.suppress(ProcessLookupError):
         os.kill(started["pid"], signal.SIGKILL)
     assert redis.llen(resume_targets.COMPLETED) == 0
     assert handoffs.get(handoff_id).resume.state is TaskState.RUNNING
+    forked = started["pid"] != first.pid
+    assert forked == (mode == "--fork")
 
-    workers.start()
+    workers.start(args=[mode])
     wait_until(lambda: handoffs.get(handoff_id).resume.state is TaskState.COMPLETED, timeout=30)
     time.sleep(0.5)
     started = _entries(redis, resume_targets.STARTED)

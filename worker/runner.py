@@ -10,7 +10,7 @@ import threading
 from multiprocessing.process import BaseProcess
 
 from redis import Redis
-from rq import Queue, Worker
+from rq import Queue, SimpleWorker, Worker
 from rq.serializers import JSONSerializer
 
 from store import defaults
@@ -62,8 +62,15 @@ def run_worker(
     dispatch_timeout: float = defaults.DISPATCH_TIMEOUT_SECONDS,
     burst: bool = False,
     name: str | None = None,
+    fork: bool = False,
 ) -> None:
     """Run an RQ worker (JSON serializer, scheduler on) on the project's queue.
+
+    By default jobs run in the worker process itself (RQ's ``SimpleWorker``): deliveries
+    and resumes are short, the agent's modules stay imported between jobs, and a worker
+    that dies mid-job is covered by the task leases, not by process isolation. With
+    ``fork``, each job runs in a forked work horse (RQ's ``Worker``), for resume targets
+    that leak memory or may crash the interpreter.
 
     With ``with_dispatcher``, a dispatcher runs beside it in a separate process (spawned,
     not forked, so the worker's own forks stay single-threaded).
@@ -88,7 +95,8 @@ def run_worker(
         dispatcher.start()
     redis = Redis.from_url(redis_url)
     try:
-        worker = Worker(
+        worker_class = Worker if fork else SimpleWorker
+        worker = worker_class(
             [make_queue(redis, queue_name)], connection=redis, name=name, serializer=JSONSerializer
         )
         worker.work(with_scheduler=True, burst=burst)
