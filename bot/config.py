@@ -101,6 +101,11 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("SLACK_API_URL"),
         description="Base URL of the Slack Web API (point at the local stand-in in dev).",
     )
+    slack_timeout_seconds: int = Field(
+        default=10,
+        ge=1,
+        description="Seconds to wait for each Slack Web API answer before treating it as lost.",
+    )
     channel: str | None = Field(
         default=None,
         validation_alias=AliasChoices("HANDOFF_CHANNEL"),

@@ -181,6 +181,20 @@ def render_moved(handoff: Handoff, *, channel: str) -> RenderedMessage:
     )
 
 
+def render_duplicate(handoff: Handoff, *, link: str | None) -> RenderedMessage:
+    """What an extra copy of a handoff's message shows (two tries at posting it both
+    landed): no buttons, and a pointer to the message that is kept."""
+    where = f"<{link}|this message>" if link else "the other message for it in this channel"
+    text = f":link: Duplicate post of this request; decide it in {where}."
+    blocks: list[Block] = [
+        HeaderBlock(text=_clip(_title(handoff), 150)),
+        ContextBlock(elements=[MarkdownTextObject(text=text)]),
+    ]
+    return RenderedMessage(
+        text=_agent_text(_title(handoff) + " [duplicate]", 300)[0], blocks=_to_dicts(blocks)
+    )
+
+
 def reminder_text(handoff: Handoff, *, now: datetime | None = None) -> str:
     """The thread reply that reminds reviewers of a pending handoff."""
     who = " ".join(_reviewer_mention(r) for r in handoff.reviewers[:20]) or "Reviewers"

@@ -33,6 +33,8 @@ def test_manifest_grants_what_the_bot_calls_and_receives() -> None:
     ]:
         assert event in events
         assert scope in scopes
+    # After a post's answer is lost, conversations.history looks for it before posting again.
+    assert {"channels:history", "groups:history", "im:history"} <= scopes
     assert manifest["features"]["bot_user"]["display_name"]
 
 

@@ -1055,3 +1055,61 @@ def test_stop_releases_the_port() -> None:
 
     with pytest.raises(OSError):
         urllib.request.urlopen(url + "auth.test", timeout=1)
+
+
+def test_conversations_history_lists_top_level_messages_newest_first_with_metadata_on_request(
+    standin: SlackStandIn, client: WebClient
+) -> None:
+    tagged = {"event_type": "handoff_posted", "event_payload": {"handoff_id": "ho_01"}}
+    first = client.chat_postMessage(channel="C0APPROVALS", text="one", metadata=tagged)["ts"]
+    client.chat_postMessage(channel="C0APPROVALS", text="reply", thread_ts=first)
+    second = client.chat_postMessage(channel="C0APPROVALS", text="two")["ts"]
+    client.chat_postMessage(channel="C0OTHER", text="elsewhere")
+
+    plain = client.conversations_history(channel="C0APPROVALS")
+    with_metadata = client.conversations_history(
+        channel="C0APPROVALS", include_all_metadata=True, limit=1
+    )
+    rest = client.conversations_history(
+        channel="C0APPROVALS",
+        include_all_metadata=True,
+        cursor=with_metadata["response_metadata"]["next_cursor"],
+    )
+    after_first = client.conversations_history(channel="C0APPROVALS", oldest=first)
+
+    assert [m["ts"] for m in plain["messages"]] == [second, first]
+    assert all("metadata" not in m for m in plain["messages"])
+    assert plain["messages"][1]["reply_count"] == 1
+    assert ([m["ts"] for m in with_metadata["messages"]], with_metadata["has_more"]) == (
+        [second],
+        True,
+    )
+    assert rest["messages"][0]["metadata"] == tagged
+    assert [m["ts"] for m in after_first["messages"]] == [second]
+
+
+def test_random_faults_fail_about_the_given_share_of_calls_with_every_kind(
+    standin: SlackStandIn,
+) -> None:
+    patient = WebClient(token=standin.bot_token, base_url=standin.api_url, timeout=0.2)  # type: ignore[arg-type]
+    patient.retry_handlers.clear()
+    faults = standin.fail_randomly(rate=0.3, seed=11, timeout_delay=0.3, retry_after=0)
+
+    failed = 0
+    for n in range(200):
+        try:
+            patient.chat_postMessage(channel="C0APPROVALS", text=f"m{n}")
+        except (SlackApiError, OSError):
+            failed += 1
+    standin.fail_randomly(rate=0)
+    patient.chat_postMessage(channel="C0APPROVALS", text="calm again")
+
+    counts = faults.counts()
+    assert set(counts) == {"ratelimited", "server_error", "timeout", "reset", "answer_lost"}
+    assert sum(counts.values()) == failed
+    assert 40 <= failed <= 80
+    # Timeouts and lost answers were carried out (late ones land later); the others were not.
+    expected = 200 - failed + counts["timeout"] + counts["answer_lost"] + 1
+    standin.wait_for(lambda: len(standin.messages()) >= expected, timeout=2)
+    time.sleep(0.4)
+    assert len(standin.messages()) == expected

@@ -38,7 +38,7 @@ def run_delivery(namespace: str, handoff_id: str) -> str:
     """RQ job: show the handoff to people through the configured notifier."""
 
     def deliver(store: HandoffStore, handoff: Handoff, attempt: int) -> dict[str, Any] | None:
-        refs = _notifier.deliver(handoff)
+        refs = _notifier.deliver(handoff, attempt=attempt)
         if refs.get("channel") and refs.get("ts"):
             store.link_message(handoff.id, str(refs["channel"]), str(refs["ts"]))
         return refs
@@ -79,7 +79,7 @@ def run_escalate(namespace: str, handoff_id: str) -> str:
     """RQ job: show a still-pending handoff to its escalation channel or group too."""
 
     def escalate(store: HandoffStore, handoff: Handoff, attempt: int) -> dict[str, Any] | None:
-        refs = _notifier.escalate(handoff)
+        refs = _notifier.escalate(handoff, attempt=attempt)
         for copy in (refs or {}).get("copies", []):
             store.link_message(handoff.id, str(copy["channel"]), str(copy["ts"]))
         return refs

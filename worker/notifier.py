@@ -19,9 +19,11 @@ class Notifier(Protocol):
     Raise to have the delivery retried with backoff.
     """
 
-    def deliver(self, handoff: Handoff) -> dict[str, Any]:
+    def deliver(self, handoff: Handoff, *, attempt: int = 1) -> dict[str, Any]:
         """Post the handoff; return references to the posted message (``channel`` and
-        ``ts`` link the message to the handoff, for thread replies)."""
+        ``ts`` link the message to the handoff, for thread replies). From ``attempt`` 2 on,
+        an earlier attempt may have posted without its outcome being recorded: look for
+        that post before posting again."""
         ...
 
     def update(self, handoff: Handoff) -> dict[str, Any] | None:
@@ -36,16 +38,17 @@ class Notifier(Protocol):
         """Nudge the reviewers of a handoff that is still pending."""
         ...
 
-    def escalate(self, handoff: Handoff) -> dict[str, Any] | None:
+    def escalate(self, handoff: Handoff, *, attempt: int = 1) -> dict[str, Any] | None:
         """Show a still-pending handoff to ``handoff.escalate_to`` as well; returns the new
-        message references (kept on the handoff), or None to keep the old ones."""
+        message references (kept on the handoff), or None to keep the old ones. ``attempt``
+        as in ``deliver``."""
         ...
 
 
 class LoggingNotifier:
     """Writes each handoff to the log; the default when no Slack workspace is configured."""
 
-    def deliver(self, handoff: Handoff) -> dict[str, Any]:
+    def deliver(self, handoff: Handoff, *, attempt: int = 1) -> dict[str, Any]:
         """Log the handoff's id, type, run and channel."""
         logger.warning(
             "handoff %s needs a person: %s in run %s (channel %s)",
@@ -66,7 +69,7 @@ class LoggingNotifier:
         """Log a reminder."""
         logger.warning("reminder: handoff %s is still pending", handoff.id)
 
-    def escalate(self, handoff: Handoff) -> dict[str, Any] | None:
+    def escalate(self, handoff: Handoff, *, attempt: int = 1) -> dict[str, Any] | None:
         """Log the escalation."""
         logger.warning("handoff %s escalated to %s", handoff.id, handoff.escalate_to)
         return None

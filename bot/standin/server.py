@@ -27,7 +27,7 @@ import time
 import urllib.error
 import urllib.request
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import MappingProxyType
 from typing import Any, TypeVar
@@ -35,10 +35,11 @@ from urllib.parse import urlencode, urlsplit
 
 from slack_sdk.signature import SignatureVerifier
 
-from bot.standin import answers, payloads, webapi
+from bot.standin import answers, faults, payloads, webapi
 from bot.standin.blockkit import (
     find_element,
 )
+from bot.standin.faults import Fault, RandomFaults
 from bot.standin.records import (
     ApiCall,
     BotUnreachable,
@@ -54,7 +55,6 @@ from bot.standin.workbench import Workbench
 from bot.standin.workspace import (
     TRIGGER_TTL_SECONDS,
     ApiError,
-    Fault,
     Workspace,
 )
 
@@ -315,12 +315,14 @@ class SlackStandIn:
         delay: float = 0.0,
         reset_connection: bool = False,
         error: str | None = None,
+        carried_out: bool = False,
     ) -> None:
         """Make the next ``times`` calls of ``method`` ("*": any method) fail.
 
         ``status`` 429 answers ``{"ok": false, "error": "ratelimited"}`` with ``Retry-After``
         (``retry_after``, default 1); 5xx answers an error body. ``error`` instead answers HTTP 200
-        ``{"ok": false, "error": error}``. ``reset_connection`` closes the socket unanswered.
+        ``{"ok": false, "error": error}``. ``reset_connection`` closes the socket unanswered;
+        with ``carried_out`` the call is made first (Slack did the work, the answer was lost).
         ``delay`` waits first (to trip client timeouts); with ``status=200`` and no error the call
         is then carried out normally, as when Slack did the work but answered too late.
         """
@@ -332,9 +334,43 @@ class SlackStandIn:
             delay=delay,
             reset_connection=reset_connection,
             error=error,
+            carried_out=carried_out and reset_connection,
         )
         with self._ws.lock:
             self._ws.faults.setdefault(method, deque()).extend([fault] * times)
+
+    def fail_randomly(
+        self,
+        *,
+        rate: float,
+        seed: int | None = None,
+        kinds: Iterable[str] = faults.KINDS,
+        methods: Collection[str] | None = None,
+        timeout_delay: float = 2.0,
+        retry_after: int = 1,
+    ) -> RandomFaults:
+        """From now on, fail a share ``rate`` of Web API calls (of ``methods``; all when None).
+
+        Each failure is drawn (seeded by ``seed``) from ``kinds``: "ratelimited" (429 with
+        ``Retry-After: retry_after``), "server_error" (500), "timeout" (answered after
+        ``timeout_delay`` seconds but carried out: set it above the client's timeout), "reset"
+        (connection reset, nothing done) and "answer_lost" (carried out, then reset). Faults
+        queued by ``fail_next`` come first. Returns the policy; its ``counts()`` says what was
+        injected. ``fail_randomly(rate=0)`` turns it off.
+
+        Example: ``slack.fail_randomly(rate=0.3, seed=7, timeout_delay=1.5)``.
+        """
+        policy = RandomFaults(
+            rate=rate,
+            seed=seed,
+            kinds=kinds,
+            methods=methods,
+            timeout_delay=timeout_delay,
+            retry_after=retry_after,
+        )
+        with self._ws.lock:
+            self._ws.random_faults = policy if rate > 0 else None
+        return policy
 
     # The HTTP side
 
@@ -363,14 +399,18 @@ class SlackStandIn:
         if fault is not None:
             if fault.delay:
                 self._stopping.wait(fault.delay)
-            if fault.reset_connection:
+            if fault.reset_connection and not fault.carried_out:
                 self._record(method, params, 0, {})
                 _reset(handler)
                 return
-            if fault.error is not None or fault.status >= 300:
+            if fault.error is not None or (fault.status >= 300 and not fault.carried_out):
                 self._answer_fault(handler, method, params, fault)
                 return
         status, answer = 200, self._call(method, params, handler, token, decode_error)
+        if fault is not None and fault.carried_out:
+            self._record(method, params, 0, answer)
+            _reset(handler)
+            return
         self._record(method, params, status, answer)
         _answer(handler, status, json.dumps(answer).encode(), "application/json; charset=utf-8")
 

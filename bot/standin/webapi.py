@@ -268,6 +268,71 @@ def conversations_replies(ws: Workspace, params: dict[str, Any]) -> dict[str, An
     }
 
 
+def _truthy(value: Any) -> bool:
+    return str(value).lower() in ("1", "true")
+
+
+def _shown(ws: Workspace, message: Message, *, with_metadata: bool) -> dict[str, Any]:
+    """A channel message as the history methods list it: thread details on a parent, and
+    ``metadata`` only when asked for (``include_all_metadata``), as Slack does."""
+    shaped = message.to_slack(ws.team_id)
+    if not with_metadata:
+        shaped.pop("metadata", None)
+    replies = ws.replies(message.channel, message.ts)
+    if replies:
+        shaped.update(
+            thread_ts=message.ts,
+            reply_count=len(replies),
+            reply_users=sorted({reply.user for reply in replies}),
+            latest_reply=replies[-1].ts,
+        )
+    return shaped
+
+
+def conversations_history(ws: Workspace, params: dict[str, Any]) -> dict[str, Any]:
+    """conversations.history: the channel's top-level messages, newest first.
+
+    Honours ``oldest``/``latest`` (exclusive unless ``inclusive``), ``limit`` (default 100,
+    at most 999), ``cursor`` and ``include_all_metadata``.
+    """
+    channel = ws.resolve_channel(params.get("channel"))
+    try:
+        oldest = float(params.get("oldest") or 0)
+        latest = float(params.get("latest") or "inf")
+        limit = min(max(int(params.get("limit") or 100), 1), 999)
+        start = int(str(params.get("cursor") or "0").removeprefix("next:"))
+    except ValueError as exc:
+        raise ApiError("invalid_arguments") from exc
+    inclusive = _truthy(params.get("inclusive"))
+
+    def in_window(ts: float) -> bool:
+        if inclusive:
+            return oldest <= ts <= latest
+        return oldest < ts < latest
+
+    found = sorted(
+        (
+            m
+            for m in ws.messages
+            if m.channel == channel
+            and not m.deleted
+            and (m.thread_ts is None or m.thread_ts == m.ts)
+            and in_window(float(m.ts))
+        ),
+        key=lambda m: float(m.ts),
+        reverse=True,
+    )
+    page = found[start : start + limit]
+    has_more = start + limit < len(found)
+    with_metadata = _truthy(params.get("include_all_metadata"))
+    return {
+        "messages": [_shown(ws, m, with_metadata=with_metadata) for m in page],
+        "has_more": has_more,
+        "pin_count": 0,
+        "response_metadata": {"next_cursor": f"next:{start + limit}" if has_more else ""},
+    }
+
+
 # chat
 
 
@@ -601,6 +666,7 @@ METHODS: dict[str, Method] = {
     "chat.postEphemeral": chat_post_ephemeral,
     "chat.postMessage": chat_post_message,
     "chat.update": chat_update,
+    "conversations.history": conversations_history,
     "conversations.info": conversations_info,
     "conversations.open": conversations_open,
     "conversations.replies": conversations_replies,

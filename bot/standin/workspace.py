@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from bot.standin.faults import Fault, RandomFaults
 from bot.standin.records import ApiCall, Ephemeral, Message, StandInUser, View
 
 TRIGGER_TTL_SECONDS = 3.0
@@ -58,17 +59,6 @@ class ResponseUrl:
     uses: int = 0
 
 
-@dataclass
-class Fault:
-    """An injected Web API failure, consumed by the next matching call."""
-
-    status: int
-    retry_after: int | None
-    delay: float
-    reset_connection: bool
-    error: str | None
-
-
 class Workspace:
     """Everything the stand-in knows, guarded by ``lock`` (take it around every read or write)."""
 
@@ -108,6 +98,8 @@ class Workspace:
         self.response_urls: dict[str, ResponseUrl] = {}
         self.calls: list[ApiCall] = []
         self.faults: dict[str, deque[Fault]] = {}
+        self.random_faults: RandomFaults | None = None
+        """Set by ``fail_randomly``: consulted when no queued fault applies."""
         self.events: dict[str, bytes] = {}
         """Event bodies sent to the bot, by event_id, for ``resend_event``."""
         self._last_ts_micros = 0
@@ -243,10 +235,12 @@ class Workspace:
     # Faults
 
     def take_fault(self, method: str) -> Fault | None:
-        """The next injected fault for ``method`` (or for "*"), consumed."""
+        """The next injected fault for ``method`` (or for "*"), consumed; else a random one
+        if ``fail_randomly`` is on."""
         with self.lock:
             for key in (method, "*"):
                 queue = self.faults.get(key)
                 if queue:
                     return queue.popleft()
-            return None
+            random_faults = self.random_faults
+        return random_faults.draw(method) if random_faults is not None else None
