@@ -138,7 +138,7 @@ class Options:
 
 
 QUICK = Options(
-    clicks=12, concurrency=4, rounds=1, warmup=3, idle_samples=3, serve_workers=1, threads=4
+    clicks=6, concurrency=2, rounds=1, warmup=2, idle_samples=2, serve_workers=1, threads=2
 )
 """A smoke run: seconds, not figures."""
 

@@ -77,7 +77,7 @@ class Options:
     """Untimed resumes first."""
 
 
-QUICK = Options(rounds=5, warmup=2)
+QUICK = Options(rounds=3, warmup=1)
 """A smoke run: seconds, not figures."""
 
 

@@ -70,7 +70,6 @@ TASK_WAIT_TIMEOUT_SECONDS = 30.0
 STOP_TIMEOUT_SECONDS = 15.0
 POLL_SECONDS = 0.05
 PROGRESS_EVERY_SECONDS = 5.0
-WARMUP_COUNT = 200
 
 
 @dataclass(frozen=True)
@@ -85,6 +84,8 @@ class Options:
     """``handoff worker`` processes of phase 2."""
     rounds: int = 2
     """Alternating rounds (raw baseline, create+decide) of phase 1."""
+    warmup: int = 200
+    """Untimed raw round trips and create+decide calls before phase 1's rounds."""
     latency_samples: int = 20
     """Handoffs decided one at a time at the end of phase 2."""
     timeout: float = 600.0
@@ -94,7 +95,7 @@ class Options:
     """Also profile this many create+decide calls in one thread (0: no profile)."""
 
 
-QUICK = Options(count=30, concurrency=4, workers=1, rounds=1, latency_samples=3)
+QUICK = Options(count=10, concurrency=2, workers=1, rounds=1, warmup=10, latency_samples=2)
 """A smoke run: seconds, not figures."""
 
 
@@ -281,8 +282,8 @@ def run_phase_one(redis: Redis, tag: str, options: Options) -> PhaseOne:
         value_bytes = request_size(redis, warmup)
         value = b"x" * value_bytes
         # Load the Lua scripts and fill the connection pool before anything is timed.
-        run_threads(raw_work(redis, warmup, value), WARMUP_COUNT, options.concurrency)
-        run_threads(create_decide_work(redis, warmup), WARMUP_COUNT, options.concurrency)
+        run_threads(raw_work(redis, warmup, value), options.warmup, options.concurrency)
+        run_threads(create_decide_work(redis, warmup), options.warmup, options.concurrency)
     finally:
         delete_namespace(redis, warmup)
     result = PhaseOne(value_bytes, Measurement(), Measurement())
@@ -675,6 +676,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add_redis_option(parser)
     parser.add_argument(
         "--rounds", type=int, default=defaults.rounds, help="alternating rounds of phase 1"
+    )
+    parser.add_argument(
+        "--warmup", type=int, default=defaults.warmup, help="untimed calls before phase 1"
     )
     parser.add_argument(
         "--latency-samples",

@@ -102,7 +102,7 @@ class Options:
     """Keep the namespace afterwards."""
 
 
-QUICK = Options(count=2000, runs=10, warmup=2)
+QUICK = Options(count=500, runs=5, warmup=1)
 """A smoke run: seconds, not figures."""
 
 

@@ -87,7 +87,7 @@ class Options:
     server of your own). Always done on an embedded server."""
 
 
-QUICK = Options(count=200)
+QUICK = Options(count=100)
 """A smoke run: seconds, not figures."""
 
 

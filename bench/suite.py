@@ -1,0 +1,147 @@
+"""Every benchmark in one run, and one table of figures: what ``bench/run_all`` runs.
+
+Each benchmark module exposes ``Options`` (the issue's sizes), ``QUICK`` (smoke sizes)
+and ``run(server, options)``, whose report gives its figures (see ``bench.common``). This
+runs them one after the other on one Redis (``--redis-url``, default an embedded server)
+and prints one table: figure, measured value, target, met or not. A benchmark that fails
+to run, or whose checks break (a resume ran twice, a click got an error), is listed under
+the table and makes the exit status 1; a missed target does not (the figures are noisy
+on a shared machine: read them, they are not a test).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from bench.common import Figure, RedisServer, load_average, progress, redis_server, run_main
+
+BENCHMARKS = {
+    "lifecycle": "create + decide against raw round trips; the full lifecycle through workers",
+    "clicks": "signed clicks: handoff serve against a bare Bolt app; click -> resume started",
+    "resume_latency": "click -> agent running again: Handoffs.wait() against polling",
+    "memory": "Redis memory per pending handoff",
+    "listing": "/handoff list and the App Home with many pending handoffs",
+    "langgraph_resume": "a LangGraph resume through the adapter against a direct one",
+}
+"""Module of ``bench`` -> what it measures, in the order they run."""
+
+NAME_WIDTH = 66
+
+
+@dataclass
+class Section:
+    """One benchmark's part of the table."""
+
+    name: str
+    seconds: float = 0.0
+    figures: list[Figure] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+def run_benchmark(name: str, server: RedisServer, *, quick: bool, details: bool) -> Section:
+    """Run ``bench.<name>`` at the issue's sizes (or its ``QUICK`` ones); an exception
+    becomes a problem of its section, so the other benchmarks still run."""
+    section = Section(name)
+    started = time.monotonic()
+    progress(f"{name}: {BENCHMARKS[name]}")
+    try:
+        module = importlib.import_module(f"bench.{name}")
+        options = module.QUICK if quick else module.Options()
+        report = module.run(server, options)
+    except Exception as exc:
+        traceback.print_exc(file=sys.stderr)
+        section.problems.append(f"did not run: {type(exc).__name__}: {exc}")
+    else:
+        section.figures = report.figures()
+        section.problems = list(report.problems)
+        if details:
+            report.print_report()
+    section.seconds = time.monotonic() - started
+    return section
+
+
+def print_table(sections: list[Section], server: RedisServer, *, quick: bool) -> None:
+    """The one table, then every problem."""
+    sizes = "smoke sizes (--quick): the figures mean nothing" if quick else "the issue's sizes"
+    print(f"\nslack-handoff benchmarks — {server.description}")
+    print(f"  {os.cpu_count()} CPUs; load average at the end {load_average()}; {sizes}\n")
+    print(f"{'figure':<{NAME_WIDTH}}{'measured':>14}{'target':>14}   met")
+    for section in sections:
+        print(f"{section.name} (bench/{section.name}.py, {section.seconds:.0f} s)")
+        for figure in section.figures:
+            print(
+                f"  {figure.name:<{NAME_WIDTH - 2}}{figure.shown_value():>14}"
+                f"{figure.shown_target():>14}   {figure.verdict()}"
+            )
+    problems = [(s.name, p) for s in sections for p in s.problems]
+    for name, problem in problems:
+        print(f"FAIL {name}: {problem}")
+    figures = [figure for section in sections for figure in section.figures]
+    missed = sum(1 for figure in figures if figure.met is False)
+    print(
+        f"\n{len(figures)} figures, {sum(1 for f in figures if f.met)} targets met, "
+        f"{missed} not met; {len(problems)} failed checks"
+    )
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Command-line options."""
+    parser = argparse.ArgumentParser(
+        prog="bench/run_all",
+        description="Run every benchmark and print one table of figures, next to their targets.",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="tiny sizes: a smoke run in seconds, not figures"
+    )
+    parser.add_argument(
+        "--redis-url",
+        default=None,
+        help="Redis to use (default: an embedded server); only the runs' own keys are "
+        "written and deleted, nothing is flushed",
+    )
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        choices=list(BENCHMARKS),
+        metavar="NAME",
+        help=f"run only these: {', '.join(BENCHMARKS)}",
+    )
+    parser.add_argument(
+        "--details", action="store_true", help="also print each benchmark's own report"
+    )
+    parser.add_argument(
+        "--parallel",
+        action="store_true",
+        help="run the benchmarks at the same time (for smoke runs: they disturb each "
+        "other's figures)",
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmarks; 0 unless one failed to run or broke a check."""
+    args = parse_args(argv)
+
+    def run_all() -> int:
+        names = args.only or list(BENCHMARKS)
+        with redis_server(args.redis_url) as server:
+
+            def run_one(name: str) -> Section:
+                return run_benchmark(name, server, quick=args.quick, details=args.details)
+
+            if args.parallel:
+                with ThreadPoolExecutor(len(names)) as pool:
+                    sections = list(pool.map(run_one, names))
+            else:
+                sections = [run_one(name) for name in names]
+            print_table(sections, server, quick=args.quick)
+        return 1 if any(section.problems for section in sections) else 0
+
+    return run_main(run_all)
