@@ -15,6 +15,7 @@ from bot.keys import BotKeys
 from bot.reviewers import ReviewerPolicy
 from bot.slack_client import make_web_client
 from handlers import HandlerDeps, register
+from handlers.modal_metadata import metadata_key
 from store.repository import HandoffStore
 
 
@@ -61,6 +62,7 @@ def create_app(settings: Settings, *, redis: Redis, client: WebClient | None = N
             reviewers=reviewers,
             admins=admins,
             slash_command=settings.slash_command,
+            modal_key=metadata_key(settings.slack_signing_secret or settings.slack_app_token or ""),
         ),
     )
     return app

@@ -21,6 +21,9 @@ key                                    type    contents
 ``{ns}:bot:home:end:<user>``           string  last id of that Home's queue, when it is full
 ``{ns}:bot:home:decided:<user>``       zset    handoff id -> when the user decided it (ms)
 ``{ns}:bot:home:read:<user>``          string  newest audit stream id read for that zset
+``{ns}:bot:request:<signature>``       string  a signed HTTP request already accepted (replay
+                                               guard, ``bot.replay``); expires with the
+                                               signature's freshness window
 =====================================  ======  ===============================================
 """
 
@@ -86,3 +89,7 @@ class BotKeys:
     def home_read(self, user_id: str) -> str:
         """How far the audit stream was read for the user's recent decisions."""
         return f"{self.prefix}home:read:{user_id}"
+
+    def seen_request(self, fingerprint: str) -> str:
+        """Marker of a signed request already accepted (so a replay of it is refused)."""
+        return f"{self.prefix}request:{fingerprint}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 from collections.abc import Callable, Iterable
@@ -13,8 +14,12 @@ from redis.exceptions import RedisError
 from slack_bolt import App
 from slack_bolt.adapter.wsgi import SlackRequestHandler
 
-from bot.app import create_app
+from bot.app import ConfigurationError, create_app
 from bot.config import Settings
+from bot.gate import Rejection, RequestGate
+from bot.keys import BotKeys
+from bot.replay import ReplayGuard
+from store.keys import KeySpace
 
 logger = logging.getLogger(__name__)
 
@@ -24,13 +29,27 @@ HEALTH_PATH = "/healthz"
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 
-def make_wsgi_app(bolt_app: App, redis: Redis) -> WSGIApp:
-    """``/slack/events`` for events, interactivity and commands; ``GET /healthz`` checks Redis."""
+def make_wsgi_app(bolt_app: App, redis: Redis, *, gate: RequestGate) -> WSGIApp:
+    """``/slack/events`` for events, interactivity and commands; ``GET /healthz`` checks Redis.
+
+    Every POST to ``/slack/events`` passes ``gate`` (size, signature, shape, replay) first.
+    """
     slack = SlackRequestHandler(bolt_app, path=EVENTS_PATH)
 
     def application(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        if environ.get("PATH_INFO") == HEALTH_PATH and environ.get("REQUEST_METHOD") == "GET":
+        path, method = environ.get("PATH_INFO"), environ.get("REQUEST_METHOD")
+        if path == HEALTH_PATH and method == "GET":
             return _health(redis, start_response)
+        if path == EVENTS_PATH and method == "POST":
+            admitted = gate.admit(environ)
+            if isinstance(admitted, Rejection):
+                return _json(start_response, admitted.status, {"error": admitted.reason})
+            # Bolt reads the body again: hand it what the gate already read.
+            environ = {
+                **environ,
+                "wsgi.input": io.BytesIO(admitted),
+                "CONTENT_LENGTH": str(len(admitted)),
+            }
         return slack(environ, start_response)
 
     return application
@@ -42,6 +61,10 @@ def _health(redis: Redis, start_response: Callable[..., Any]) -> Iterable[bytes]
         status, body = "200 OK", {"ok": True, "redis": "ok"}
     except RedisError as exc:
         status, body = "503 Service Unavailable", {"ok": False, "redis": str(exc)}
+    return _json(start_response, status, body)
+
+
+def _json(start_response: Callable[..., Any], status: str, body: dict[str, Any]) -> list[bytes]:
     payload = json.dumps(body).encode()
     start_response(
         status, [("Content-Type", "application/json"), ("Content-Length", str(len(payload)))]
@@ -53,8 +76,15 @@ def build_wsgi_app(settings: Settings) -> WSGIApp:
     """The whole WSGI app from settings (one per server process)."""
     if not settings.redis_url:
         raise ValueError("REDIS_URL is not set")
+    if not settings.slack_signing_secret:
+        raise ConfigurationError("SLACK_SIGNING_SECRET is not set; HTTP mode needs it")
     redis = Redis.from_url(settings.redis_url, health_check_interval=30)
-    return make_wsgi_app(create_app(settings, redis=redis), redis)
+    replay = ReplayGuard(redis, BotKeys(KeySpace(settings.namespace)))
+    return make_wsgi_app(
+        create_app(settings, redis=redis),
+        redis,
+        gate=RequestGate(settings.slack_signing_secret, replay),
+    )
 
 
 class _Gunicorn(BaseApplication):  # type: ignore[misc]

@@ -27,11 +27,11 @@ from bot.admin_views import PageRequest, decode_page
 from bot.queues import ListFilter, Listings, ListKind
 from bot.stats import compute_stats
 from bot.views import RenderedMessage, already_decided_text
-from handlers.decisions import NOT_FOUND, STORE_DOWN, UNAVAILABLE
+from handlers.decisions import NOT_FOUND, STORE_DOWN, UNAVAILABLE, may_see
 from handlers.deps import HandlerDeps, deps_of
 from store.exceptions import AlreadyDecided, HandoffNotFound, InvalidDecision, NotRetryable
 from store.ids import is_handoff_id
-from store.models import Handoff, RequestType, TaskKind
+from store.models import RequestType, TaskKind
 
 logger = logging.getLogger(__name__)
 
@@ -332,18 +332,12 @@ def _show(deps: HandlerDeps, user: str, handoff_id: str) -> RenderedMessage:
         handoff = deps.store.get(handoff_id)
     except HandoffNotFound:
         return admin_views.render_notice(f"`{handoff_id}`: {NOT_FOUND}")
-    if not _may_see(deps, user, handoff):
+    if not may_see(deps, user, handoff):
         return admin_views.render_notice(
             f"You can see only the handoffs you may decide or asked for; `{handoff_id}` "
             "is not one of them."
         )
     return admin_views.render_detail(handoff, deps.store.audit_trail(handoff_id))
-
-
-def _may_see(deps: HandlerDeps, user: str, handoff: Handoff) -> bool:
-    if handoff.requester == user or deps.is_admin(user):
-        return True
-    return deps.reviewers.denial(user, handoff) is None
 
 
 def _audit_denial(deps: HandlerDeps, user: str, command: Command) -> None:

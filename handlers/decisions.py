@@ -15,6 +15,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from bot.views import already_decided_text
 from handlers.deps import HandlerDeps
+from handlers.origin import Origin, shows_handoff
 from store.exceptions import (
     AlreadyDecided,
     ClaimedByOther,
@@ -31,6 +32,10 @@ UNAVAILABLE = (
     "Please try again in a minute."
 )
 NOT_FOUND = "This request no longer exists (it may have been removed after its retention period)."
+NOT_SHOWN_HERE = (
+    "This button is not on a message of that request, so nothing was done. "
+    "Use the buttons on the request's own message (or on your App Home)."
+)
 
 STORE_DOWN = (RedisConnectionError, RedisTimeoutError)
 
@@ -49,9 +54,13 @@ def load_for(
     *,
     via: str,
     channel: str | None = None,
+    origin: Origin | None = None,
 ) -> Handoff | Refusal:
     """The pending handoff ``user_id`` wants to act on (from ``channel``), or why they
     cannot. Denials are audited. Used before opening a modal, and before every decision.
+
+    ``origin`` is where a click happened: it must be a place that shows the handoff (see
+    ``handlers.origin``), and then its channel, not ``channel``, counts for who may decide.
     """
     if not handoff_id:
         return Refusal(NOT_FOUND)
@@ -59,10 +68,14 @@ def load_for(
         handoff = deps.store.get(handoff_id)
         if not handoff.is_pending:
             return Refusal(already_decided_text(handoff))
+        if origin is not None:
+            if not shows_handoff(deps, handoff, origin, user_id):
+                deny(deps, handoff_id, user_id, via=via, reason="not_shown_here")
+                return Refusal(NOT_SHOWN_HERE)
+            channel = origin.decision_channel
         denial = deps.reviewers.denial(user_id, handoff, channel=channel)
         if denial:
-            deps.store.record_audit(handoff_id, "denied", actor=user_id, detail={"via": via})
-            logger.info("denied", extra={"handoff_id": handoff_id, "user": user_id, "via": via})
+            deny(deps, handoff_id, user_id, via=via)
             return Refusal(denial)
         return handoff
     except HandoffNotFound:
@@ -70,6 +83,43 @@ def load_for(
     except STORE_DOWN:
         logger.exception("store unavailable")
         return Refusal(UNAVAILABLE)
+
+
+def may_view(
+    deps: HandlerDeps, handoff: Handoff, origin: Origin, user_id: str, *, via: str
+) -> Refusal | None:
+    """Why ``user_id`` may not see everything the agent sent for ``handoff`` from ``origin``
+    (None: they may). Anyone who sees a message of the handoff may; from an ephemeral reply
+    (``/handoff show``), only who may see the handoff through the command."""
+    try:
+        if shows_handoff(deps, handoff, origin, user_id):
+            return None
+        if origin.surface == "ephemeral" and may_see(deps, user_id, handoff):
+            return None
+        deny(deps, handoff.id, user_id, via=via, reason="not_shown_here")
+    except HandoffNotFound:
+        return Refusal(NOT_FOUND)
+    except STORE_DOWN:
+        logger.exception("store unavailable")
+        return Refusal(UNAVAILABLE)
+    return Refusal(NOT_SHOWN_HERE)
+
+
+def may_see(deps: HandlerDeps, user_id: str, handoff: Handoff) -> bool:
+    """May ``user_id`` see ``handoff`` in full: they asked for it, may decide it, or are an
+    admin."""
+    if handoff.requester == user_id or deps.is_admin(user_id):
+        return True
+    return deps.reviewers.denial(user_id, handoff) is None
+
+
+def deny(
+    deps: HandlerDeps, handoff_id: str, user_id: str, *, via: str, reason: str | None = None
+) -> None:
+    """Audit (as ``denied``) and log that ``user_id`` was refused an action on a handoff."""
+    detail = {"via": via, **({"reason": reason} if reason else {})}
+    deps.store.record_audit(handoff_id, "denied", actor=user_id, detail=detail)
+    logger.info("denied", extra={"handoff_id": handoff_id, "user": user_id, **detail})
 
 
 def decide_as(
@@ -80,10 +130,11 @@ def decide_as(
     *,
     via: str,
     channel: str | None = None,
+    origin: Origin | None = None,
     **decision: Any,
 ) -> Handoff | Refusal:
     """Decide ``handoff_id`` as ``user_id`` if they may; the first decision wins."""
-    loaded = load_for(deps, handoff_id, user_id, via=via, channel=channel)
+    loaded = load_for(deps, handoff_id, user_id, via=via, channel=channel, origin=origin)
     if isinstance(loaded, Refusal):
         return loaded
     try:

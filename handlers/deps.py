@@ -19,12 +19,15 @@ class HandlerDeps:
 
     ``admins`` decides who may run admin commands; without one, only the reviewer policy's
     admins (``HANDOFF_ADMINS``) may. ``slash_command`` is the command the app answers.
+    ``modal_key`` seals what modals remember (``handlers.modal_metadata``); without one,
+    modal metadata is not sealed.
     """
 
     store: HandoffStore
     reviewers: ReviewerPolicy
     admins: AdminPolicy | None = None
     slash_command: str = "/handoff"
+    modal_key: bytes | None = None
 
     def __deepcopy__(self, memo: dict[int, Any]) -> HandlerDeps:
         # Bolt deep-copies a request's context for lazy listeners. These are the app's shared

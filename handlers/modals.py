@@ -1,7 +1,10 @@
 """Modal submissions: reject with a reason, approve with edits, answer, correct, resolve.
 
 A refused submission keeps the modal open with the reason shown under its first input
-(``response_action: errors``), so the reviewer sees it where they were typing.
+(``response_action: errors``), so the reviewer sees it where they were typing. Which handoff
+a modal decides, and from which channel, comes from its sealed ``private_metadata``
+(``handlers.modal_metadata``): a submission whose metadata we did not seal for that person
+is refused.
 """
 
 from __future__ import annotations
@@ -12,11 +15,18 @@ from slack_bolt import Ack, App
 
 from bot import views
 from bot.edits import input_value, parse_answer, parse_corrected_draft, parse_edited_args
-from handlers.decisions import Refusal, decide_as, load_for
-from handlers.deps import deps_of
+from handlers.decisions import STORE_DOWN, Refusal, decide_as, deny, load_for
+from handlers.deps import HandlerDeps, deps_of
+from handlers.modal_metadata import MAX_METADATA_CHARS, ModalOrigin, unseal
+from store.exceptions import HandoffNotFound
 from store.models import Handoff
 
 VIA_MODAL = "slack_modal"
+
+NOT_OPENED_FOR_YOU = (
+    "This form was not opened for you by slack-handoff, so nothing was done. "
+    "Close it and use the request's buttons again."
+)
 
 
 def register(app: App) -> None:
@@ -90,13 +100,28 @@ def submit_resolution(
 
 
 def _load(body: dict[str, Any], view: dict[str, Any], context: dict[str, Any]) -> Handoff | Refusal:
-    return load_for(
-        deps_of(context),
-        views.handoff_id_from_view(view),
-        _user(body),
-        via=VIA_MODAL,
-        channel=views.channel_from_view(view),
-    )
+    deps = deps_of(context)
+    opened = _opened(deps, body, view)
+    if isinstance(opened, Refusal):
+        return opened
+    return load_for(deps, opened.handoff_id, _user(body), via=VIA_MODAL, channel=opened.channel)
+
+
+def _opened(deps: HandlerDeps, body: dict[str, Any], view: dict[str, Any]) -> ModalOrigin | Refusal:
+    """Where the submitted modal was opened, or a refusal (audited on the handoff it names,
+    if there is one) when its metadata was not sealed by us for the submitter."""
+    user = _user(body)
+    opened = unseal(deps.modal_key, view.get("private_metadata"), user=user)
+    if opened is not None:
+        return opened
+    metadata = view.get("private_metadata") or ""
+    named = views.handoff_id_from_view(view) if len(metadata) <= MAX_METADATA_CHARS else None
+    if named:
+        try:
+            deny(deps, named, user, via=VIA_MODAL, reason="unsealed_modal")
+        except (HandoffNotFound, *STORE_DOWN):
+            pass
+    return Refusal(NOT_OPENED_FOR_YOU)
 
 
 def _decide(
@@ -107,13 +132,18 @@ def _decide(
     outcome: str,
     **decision: Any,
 ) -> None:
+    deps = deps_of(context)
+    opened = _opened(deps, body, view)
+    if isinstance(opened, Refusal):
+        _finish(ack, view, opened)
+        return
     result = decide_as(
-        deps_of(context),
+        deps,
         _user(body),
-        views.handoff_id_from_view(view),
+        opened.handoff_id,
         outcome,
         via=VIA_MODAL,
-        channel=views.channel_from_view(view),
+        channel=opened.channel,
         **decision,
     )
     _finish(ack, view, result)

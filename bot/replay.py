@@ -1,0 +1,71 @@
+"""Refuse a signed HTTP request that was already accepted once (a replay).
+
+A Slack signature covers the timestamp and the body, and stays valid for five minutes
+either side of its timestamp: anyone who captures a request (a proxy log, a leaked
+capture) could send it again within that window, and it would verify. So each accepted
+signature is remembered in Redis (``SET NX``) until it can no longer verify; a second use
+is refused.
+
+Slack's own retries of an event are not replays: they come re-signed with a fresh
+timestamp, or, when retried within the same second, with the same signature but a new
+``X-Slack-Retry-Num``. The retry number is therefore part of what is remembered for event
+callbacks (their ``event_id`` dedupe, ``HandoffStore.first_sighting``, then makes a retry
+change nothing). Interactions and commands are never retried by Slack, so for them the
+retry header, which is not signed, is ignored.
+
+Socket Mode requests carry no signature and never pass through here.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from redis import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from bot.keys import BotKeys
+from bot.signing import MAX_AGE_SECONDS
+
+logger = logging.getLogger(__name__)
+
+CLOCK_MARGIN_SECONDS = 60
+"""Kept this much longer than the signature can verify, for clock drift between machines."""
+
+MAX_RETRY_NUM = 10
+"""Highest ``X-Slack-Retry-Num`` taken as a retry (Slack retries an event 3 times)."""
+
+
+class ReplayGuard:
+    """Remembers the signed requests accepted in the last few minutes.
+
+    Example::
+
+        guard = ReplayGuard(redis, BotKeys(store.keys))
+        if not guard.first_use(signature, sent_at=ts, retry_num=None):
+            ...  # answer 401
+    """
+
+    def __init__(self, redis: Redis, keys: BotKeys) -> None:
+        self.redis = redis
+        self.keys = keys
+
+    def first_use(self, signature: str, *, sent_at: int, retry_num: str | None = None) -> bool:
+        """True the first time this signature (and retry number) is seen.
+
+        ``retry_num`` is ``X-Slack-Retry-Num`` of an event callback, None for anything else.
+        When Redis cannot be reached the request is let through: it cannot change anything
+        then, and the listeners tell the person to try again.
+        """
+        fingerprint = signature.removeprefix("v0=")
+        if retry_num is not None and retry_num.isdigit() and int(retry_num) <= MAX_RETRY_NUM:
+            fingerprint += f":retry{int(retry_num)}"
+        ttl = int(sent_at + MAX_AGE_SECONDS - time.time()) + CLOCK_MARGIN_SECONDS
+        try:
+            return bool(
+                self.redis.set(self.keys.seen_request(fingerprint), "1", nx=True, ex=max(ttl, 1))
+            )
+        except (RedisConnectionError, RedisTimeoutError):
+            logger.warning("replay check skipped: Redis is unavailable")
+            return True
