@@ -7,7 +7,6 @@ called straight away because a trigger id expires three seconds after the click.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -18,8 +17,10 @@ from slack_sdk.errors import SlackApiError
 
 from bot import views
 from bot.posting import AMBIGUOUS_ERRORS
-from handlers.decisions import STORE_DOWN, UNAVAILABLE, Refusal, decide_as, load_for
+from handlers.decisions import STORE_DOWN, UNAVAILABLE, Refusal, decide_as, load_for, may_view
 from handlers.deps import deps_of
+from handlers.modal_metadata import ModalOrigin, seal
+from handlers.origin import origin_of
 from store.exceptions import AlreadyDecided, ClaimedByOther, HandoffNotFound
 from store.models import Handoff
 
@@ -50,6 +51,7 @@ def approve(ack: Ack, body: dict[str, Any], respond: Respond, context: dict[str,
         "approved",
         via=VIA_BUTTON,
         channel=_channel(body),
+        origin=origin_of(body),
     )
     if isinstance(result, Refusal):
         _tell(respond, result.message)
@@ -60,7 +62,7 @@ def claim(ack: Ack, body: dict[str, Any], respond: Respond, context: dict[str, A
     ack()
     deps = deps_of(context)
     user = _user(body)
-    loaded = load_for(deps, _handoff_id(body), user, via=VIA_BUTTON, channel=_channel(body))
+    loaded = load_for(deps, _handoff_id(body), user, via=VIA_BUTTON, origin=origin_of(body))
     if isinstance(loaded, Refusal):
         _tell(respond, loaded.message)
         return
@@ -89,6 +91,10 @@ def view_full(
     except STORE_DOWN:
         _tell(respond, UNAVAILABLE)
         return
+    refusal = may_view(deps, handoff, origin_of(body), _user(body), via=VIA_BUTTON)
+    if refusal is not None:
+        _tell(respond, refusal.message)
+        return
     _open_modal(client, body, respond, views.render_full_content_modal(handoff))
     deps.store.record_audit(handoff.id, "viewed_full", actor=_user(body))
 
@@ -103,10 +109,8 @@ def _opens(
     ) -> None:
         ack()
         user = _user(body)
-        channel = _channel(body)
-        loaded = load_for(
-            deps_of(context), _handoff_id(body), user, via=VIA_BUTTON, channel=channel
-        )
+        origin = origin_of(body)
+        loaded = load_for(deps_of(context), _handoff_id(body), user, via=VIA_BUTTON, origin=origin)
         if isinstance(loaded, Refusal):
             _tell(respond, loaded.message)
             return
@@ -118,7 +122,8 @@ def _opens(
             return
         view = render(loaded)
         # Remember where the modal was opened: it matters for who may decide (escalation).
-        view["private_metadata"] = json.dumps({"handoff_id": loaded.id, "channel": channel})
+        opened = ModalOrigin(loaded.id, origin.decision_channel, user)
+        view["private_metadata"] = seal(deps_of(context).modal_key, opened)
         _open_modal(client, body, respond, view)
 
     open_modal.__name__ = f"open_{render.__name__.removeprefix('render_')}"
