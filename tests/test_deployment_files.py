@@ -1,0 +1,110 @@
+"""The Procfile's and the Dockerfile's commands are valid ``handoff`` invocations.
+
+No container is built here (Docker may not run where the tests do): the commands are
+parsed as the shell and Docker would pass them, then checked against the CLI itself, so
+renaming a subcommand or an option breaks this test instead of a deployment.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import tomllib
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from bot.cli import main
+from bot.server import HEALTH_PATH
+from tests.conftest import ROOT
+
+PLATFORM_ENV = {"PORT": "5000"}
+"""What a Procfile platform (Heroku, foreman, honcho) sets for the web process."""
+
+
+def console_script() -> str:
+    """The name ``pip install`` gives the CLI (``[project.scripts]``)."""
+    with open(ROOT / "pyproject.toml", "rb") as file:
+        scripts = tomllib.load(file)["project"]["scripts"]
+    [(name, target)] = scripts.items()
+    assert target == "bot.cli:main"
+    return str(name)
+
+
+def procfile_commands() -> dict[str, list[str]]:
+    """Process type -> argv, with ``$VAR`` expanded as the platform's shell would."""
+    commands = {}
+    for line in (ROOT / "Procfile").read_text().splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        kind, command = line.split(":", 1)
+        expanded = re.sub(r"\$\{?(\w+)\}?", lambda m: PLATFORM_ENV[m[1]], command)
+        commands[kind.strip()] = shlex.split(expanded)
+    return commands
+
+
+def dockerfile_instruction(name: str) -> str:
+    """The arguments of the last ``name`` instruction (line continuations joined)."""
+    text = (ROOT / "Dockerfile").read_text().replace("\\\n", " ")
+    found = [line.split(None, 1)[1] for line in text.splitlines() if line.startswith(name + " ")]
+    assert found, f"the Dockerfile has no {name}"
+    return found[-1].strip()
+
+
+def assert_valid_invocation(argv: list[str]) -> click.Command:
+    """Parse ``argv`` with the CLI exactly as running it would, without running it: every
+    option must exist and every value must convert. Returns the subcommand."""
+    assert argv[0] == console_script(), argv
+    group_context = click.Context(main, info_name=argv[0])
+    command = main.get_command(group_context, argv[1])
+    assert command is not None, f"no subcommand {argv[1]!r} in {argv}"
+    command.make_context(argv[1], argv[2:], parent=group_context)
+    help_run = CliRunner().invoke(main, [*argv[1:], "--help"])
+    assert help_run.exit_code == 0, help_run.output
+    return command
+
+
+def test_procfile_runs_handoff_serve_as_web_and_handoff_worker_as_worker() -> None:
+    commands = procfile_commands()
+
+    assert set(commands) == {"web", "worker"}
+    assert assert_valid_invocation(commands["web"]).name == "serve"
+    assert assert_valid_invocation(commands["worker"]).name == "worker"
+    assert commands["web"][commands["web"].index("--port") + 1] == PLATFORM_ENV["PORT"]
+
+
+def test_dockerfile_default_command_is_handoff_serve() -> None:
+    command = json.loads(dockerfile_instruction("CMD"))
+
+    assert assert_valid_invocation(command).name == "serve"
+
+
+def test_dockerfile_health_check_asks_serve_for_healthz_on_its_port() -> None:
+    serve = json.loads(dockerfile_instruction("CMD"))
+    port = serve[serve.index("--port") + 1]
+    health_check = dockerfile_instruction("HEALTHCHECK")
+
+    assert f"http://127.0.0.1:{port}{HEALTH_PATH}" in health_check
+    assert dockerfile_instruction("EXPOSE") == port
+
+
+def test_dockerfile_runs_as_a_user_that_is_not_root() -> None:
+    user = dockerfile_instruction("USER")
+
+    assert user not in ("root", "0")
+    assert dockerfile_instruction("FROM") == "python:3.11-slim"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["handoff", "serve", "--port", "not-a-number"],
+        ["handoff", "serve", "--no-such-option"],
+        ["handoff", "no-such-command"],
+    ],
+)
+def test_an_invalid_command_line_is_caught(argv: list[str]) -> None:
+    with pytest.raises((click.UsageError, AssertionError)):
+        assert_valid_invocation(argv)
