@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import time
 
 from redis import Redis
@@ -62,4 +63,12 @@ def not_callable_with_a_handoff() -> None:
 async def record_async(handoff: Handoff, *, attempt: int, idempotency_key: str) -> None:
     """An async target; the worker runs it to completion."""
     _report(STARTED, handoff, attempt, idempotency_key)
+    _report(COMPLETED, handoff, attempt, idempotency_key)
+
+
+def record_slowly(handoff: Handoff, *, attempt: int, idempotency_key: str) -> None:
+    """Record the start, work for 0-50 ms, then record the completion: long enough for a
+    worker killed at a random moment to die inside the target now and then."""
+    _report(STARTED, handoff, attempt, idempotency_key)
+    time.sleep(random.uniform(0, 0.05))
     _report(COMPLETED, handoff, attempt, idempotency_key)

@@ -132,9 +132,10 @@ class SlackEnv:
         )
         return self.processes[-1]
 
-    def start_worker(self) -> subprocess.Popen[bytes]:
-        """Start one more `handoff worker` process."""
-        self._spawn("worker", "--name", f"e2e-{time.monotonic_ns()}", *self.worker_args)
+    def start_worker(self, *args: str) -> subprocess.Popen[bytes]:
+        """Start one more `handoff worker` process, with ``args`` (say, ``--fork``) after
+        the ``worker_args`` every worker gets."""
+        self._spawn("worker", "--name", f"e2e-{time.monotonic_ns()}", *self.worker_args, *args)
         self.workers.append(self.processes[-1])
         return self.processes[-1]
 

@@ -750,6 +750,20 @@ def test_the_bot_answers_through_the_response_url(
     assert webhook.send(text="sixth use").body == "used_url"
 
 
+def test_latency_delays_the_answer_of_a_call_already_carried_out(
+    standin: SlackStandIn, client: WebClient
+) -> None:
+    standin.latency = 0.5
+    started = time.monotonic()
+    posting = threading.Thread(target=post_approval, args=(client,))
+    posting.start()
+
+    standin.wait_for(standin.messages, timeout=0.4)
+    assert posting.is_alive(), "the message is there before the bot has the answer"
+    posting.join()
+    assert time.monotonic() - started >= 0.5
+
+
 def test_a_response_url_reply_names_the_message_it_answers(
     standin: SlackStandIn, client: WebClient, bot: RecordingBot
 ) -> None:

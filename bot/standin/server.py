@@ -121,6 +121,7 @@ class SlackStandIn:
         bot_url: str | None = None,
         trigger_ttl: float = TRIGGER_TTL_SECONDS,
         ack_timeout: float | None = ACK_TIMEOUT_SECONDS,
+        latency: float = 0.0,
     ) -> None:
         self.signing_secret = signing_secret
         self.bot_token = bot_token
@@ -128,6 +129,9 @@ class SlackStandIn:
         """The bot's request URL (e.g. http://127.0.0.1:3000/slack/events)."""
         self.ack_timeout = ack_timeout
         """Seconds to wait for the bot's answer; None waits forever (handy under a debugger)."""
+        self.latency = latency
+        """Seconds every Web API answer takes once the call is carried out (Slack's round trip
+        is tens of milliseconds or more); 0 answers at once."""
         self._host = host
         self._port = port
         self._ws = Workspace(
@@ -412,6 +416,8 @@ class SlackStandIn:
             _reset(handler)
             return
         self._record(method, params, status, answer)
+        if self.latency:
+            self._stopping.wait(self.latency)
         _answer(handler, status, json.dumps(answer).encode(), "application/json; charset=utf-8")
 
     def _call(
