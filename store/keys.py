@@ -22,6 +22,8 @@ key                                    type    contents
 ``{ns}:outbox``                        zset    ``<task>:<id>`` -> when due (ms); tasks are
                                                ``deliver``, ``resume`` and ``notify``
 ``{ns}:failed``                        zset    ``<task>:<id>`` that used up its attempts
+``{ns}:job:<task>:<id>``               string  id of the RQ job last dispatched for a task
+                                               (expires)
 ``{ns}:msg:<channel>:<ts>``            string  handoff id of a posted Slack message
 ``{ns}:event:<event_id>``              string  Slack event already handled (expires)
 ``{ns}:retention``                     zset    decided id -> when it may be purged (ms)
@@ -119,6 +121,10 @@ class KeySpace:
     def wake(self) -> str:
         """The dispatcher's wake-up list."""
         return f"{self.prefix}wake"
+
+    def dispatched_job(self, task: str, handoff_id: str) -> str:
+        """The RQ job last dispatched for a task (``deliver``, ``resume``...) of a handoff."""
+        return f"{self.prefix}job:{task}:{handoff_id}"
 
     def message_link(self, channel: str, ts: str) -> str:
         """Which handoff a posted Slack message belongs to."""

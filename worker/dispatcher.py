@@ -6,6 +6,11 @@ change) and wake the dispatcher; it enqueues the RQ jobs. So a decision costs on
 trip in the request, and a crash between "decided" and "enqueued" loses nothing: the
 outbox entry stays until its job finishes. Several dispatchers may run at once; each
 entry is claimed atomically.
+
+A claimed entry whose job has not started within the dispatch timeout is dispatched again
+(its job may have been lost with a worker), unless that job is still waiting in the RQ
+queue: behind a backlog longer than the timeout, dispatching every waiting task again
+would only lengthen the queue, and each round of copies the next.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import time
 from dataclasses import dataclass
 
 from rq import Queue
+from rq.job import JobStatus
 
 from store import defaults
 from store.models import TaskKind
@@ -35,6 +41,8 @@ JOB_FUNCTIONS: dict[TaskKind, str] = {
 _RESULT_TTL_SECONDS = 600
 _FAILURE_TTL_SECONDS = 7 * 24 * 3600
 _PURGE_EVERY_SECONDS = 60.0
+# How long the id of a dispatched job is remembered (a job waiting longer may be copied).
+_DISPATCHED_JOB_TTL_SECONDS = 24 * 3600
 
 
 @dataclass(frozen=True)
@@ -97,16 +105,52 @@ class Dispatcher:
                 stop.wait(self.interval)
 
     def _enqueue(self, due: list[DueTask]) -> None:
+        keys = self.store.keys
+        waiting = self._still_waiting(due)
         with self.store.redis.pipeline() as pipe:
             for task in due:
-                self.queue.enqueue_call(
+                if task in waiting:
+                    continue
+                job = self.queue.enqueue_call(
                     func=JOB_FUNCTIONS[task.kind],
-                    args=(self.store.keys.namespace, task.handoff_id),
+                    args=(keys.namespace, task.handoff_id),
                     timeout=max(1, int(task.timeout_seconds)),
                     result_ttl=_RESULT_TTL_SECONDS,
                     failure_ttl=_FAILURE_TTL_SECONDS,
                     description=f"{task.kind.value} {task.handoff_id}",
                     pipeline=pipe,
                 )
+                pipe.set(
+                    keys.dispatched_job(task.kind.value, task.handoff_id),
+                    job.id,
+                    ex=_DISPATCHED_JOB_TTL_SECONDS,
+                )
             pipe.execute()
-        logger.debug("dispatched %d tasks", len(due))
+        logger.debug(
+            "dispatched %d tasks (%d still waiting)", len(due) - len(waiting), len(waiting)
+        )
+
+    def _still_waiting(self, due: list[DueTask]) -> set[DueTask]:
+        """The tasks whose last job is still queued, not taken by a worker (a job a worker
+        took, even one that it never marked started, may have died with it)."""
+        redis = self.store.redis
+        job_ids = redis.mget(
+            [self.store.keys.dispatched_job(task.kind.value, task.handoff_id) for task in due]
+        )
+        earlier = [(task, job_id) for task, job_id in zip(due, job_ids, strict=True) if job_id]
+        if not earlier:
+            return set()
+        pipe = redis.pipeline(transaction=False)
+        for _, job_id in earlier:
+            pipe.hget(self.queue.job_class.key_for(_text(job_id)), "status")
+        pipe.lrange(self.queue.intermediate_queue_key, 0, -1)
+        *statuses, taken = pipe.execute()
+        return {
+            task
+            for (task, job_id), status in zip(earlier, statuses, strict=True)
+            if status is not None and _text(status) == JobStatus.QUEUED and job_id not in taken
+        }
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
