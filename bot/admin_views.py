@@ -443,6 +443,17 @@ def render_home(
     return view.to_dict()
 
 
+def render_home_unavailable(notice: str, *, command: str) -> dict[str, Any]:
+    """The Home tab when it cannot be built (the database is unreachable): ``notice`` only,
+    rather than an empty queue that would read as "nothing waits for you"."""
+    blocks: list[Block] = [
+        HeaderBlock(text="Waiting for you"),
+        SectionBlock(block_id="notice", text=MarkdownTextObject(text=_clip(notice))),
+        ContextBlock(elements=[MarkdownTextObject(text=f"`{command} help`")]),
+    ]
+    return View(type="home", callback_id="handoff_home", blocks=blocks).to_dict()
+
+
 def _home_card(handoff: Handoff, now: datetime) -> list[Block]:
     lines = [f"*{agent_text(title(handoff), 150)[0]}*"]
     truncated = False

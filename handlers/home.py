@@ -6,7 +6,7 @@ the same exactly-once decision as a click in the channel.
 
 One difference: Slack sends no ``response_url`` with a click on a Home tab, so the
 listeners' ``respond`` (their private "already decided" or "only @alice can decide this"
-answers) cannot work there. The middleware ``respond_on_home`` gives such requests a
+answers) cannot work there. The middleware ``RespondOnHome`` gives such requests a
 ``respond`` that shows the answer as a notice on top of the republished Home instead.
 """
 
@@ -16,13 +16,15 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from slack_bolt import App, Respond
+from slack_bolt import App, BoltRequest, BoltResponse, Respond
+from slack_bolt.middleware import Middleware
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 from slack_sdk.webhook import WebhookResponse
 
+from bot import admin_views
 from bot.home import Homes
-from handlers.decisions import STORE_DOWN
+from handlers.decisions import STORE_DOWN, UNAVAILABLE
 from handlers.deps import HandlerDeps, deps_of
 
 logger = logging.getLogger(__name__)
@@ -30,7 +32,7 @@ logger = logging.getLogger(__name__)
 
 def register(app: App) -> None:
     """Attach the Home listener and the Home ``respond`` middleware to ``app``."""
-    app.middleware(respond_on_home)
+    app.middleware(RespondOnHome())
     app.event("app_home_opened")(on_home_opened)
 
 
@@ -46,8 +48,19 @@ def on_home_opened(event: dict[str, Any], client: WebClient, context: dict[str, 
         homes.publish(client, user)
     except STORE_DOWN:
         logger.exception("store unavailable while publishing a Home", extra={"user": user})
+        publish_unavailable(client, user, UNAVAILABLE, command=deps.slash_command)
     except SlackApiError as exc:
         logger.warning("views.publish failed for %s: %s", user, exc.response.get("error"))
+
+
+def publish_unavailable(client: WebClient, user: str, notice: str, *, command: str) -> None:
+    """Show ``notice`` alone on the Home: it cannot be built while the store is down."""
+    try:
+        client.views_publish(
+            user_id=user, view=admin_views.render_home_unavailable(notice, command=command)
+        )
+    except Exception:  # Slack unreachable too: nothing more to show the person
+        logger.exception("views.publish of the unavailable notice failed", extra={"user": user})
 
 
 def homes_of(deps: HandlerDeps) -> Homes:
@@ -55,14 +68,20 @@ def homes_of(deps: HandlerDeps) -> Homes:
     return Homes(deps.store, deps.reviewers, command=deps.slash_command)
 
 
-def respond_on_home(body: dict[str, Any], context: dict[str, Any], next: Callable[[], Any]) -> Any:
+class RespondOnHome(Middleware):
     """Bolt middleware: for a click on a Home tab, ``respond`` republishes the Home with
-    the message as a notice (there is no response_url to answer through)."""
-    if is_home_click(body):
-        context["respond"] = HomeNotice(
-            homes_of(deps_of(context)), context["client"], str(body["user"]["id"])
-        )
-    return next()
+    the message as a notice (there is no response_url to answer through). A ``Middleware``
+    subclass, so Bolt does not build injectable arguments for it on every request."""
+
+    def process(
+        self, *, req: BoltRequest, resp: BoltResponse, next: Callable[[], BoltResponse]
+    ) -> BoltResponse | None:
+        if is_home_click(req.body):
+            context = req.context
+            context["respond"] = HomeNotice(
+                homes_of(deps_of(context)), context.client, str(req.body["user"]["id"])
+            )
+        return next()
 
 
 def is_home_click(body: dict[str, Any]) -> bool:
@@ -93,5 +112,8 @@ class HomeNotice(Respond):
     ) -> WebhookResponse:
         """Republish the Home with ``text`` on top; blocks and message options do not apply."""
         notice = text.get("text", "") if isinstance(text, dict) else text
-        self.homes.publish(self.client, self.user_id, notice=str(notice) or None)
+        try:
+            self.homes.publish(self.client, self.user_id, notice=str(notice) or None)
+        except STORE_DOWN:
+            publish_unavailable(self.client, self.user_id, UNAVAILABLE, command=self.homes.command)
         return WebhookResponse(url="", status_code=200, body="ok", headers={})

@@ -13,7 +13,7 @@ from typing import Any
 from slack_bolt import App
 from slack_sdk import WebClient
 
-from handlers.decisions import STORE_DOWN, Refusal, decide_as
+from handlers.decisions import STORE_DOWN, UNAVAILABLE, Refusal, decide_as
 from handlers.deps import deps_of
 from store.models import RequestType
 
@@ -48,6 +48,11 @@ def on_message(
         handoff = deps.store.get(handoff_id)
     except STORE_DOWN:
         logger.exception("store unavailable while reading a thread reply")
+        parent_author = event.get("parent_user_id")
+        if parent_author and parent_author == context.get("bot_user_id"):
+            # Likely an answer to one of our questions: say it was not taken, rather than
+            # leave the person thinking it was.
+            _reply_privately(client, channel, user, thread_ts, UNAVAILABLE)
         return
     if handoff.request_type is not RequestType.QUESTION:
         return
@@ -58,9 +63,11 @@ def on_message(
         deps, user, handoff_id, "answered", via=VIA_THREAD, channel=channel, answer=text
     )
     if isinstance(result, Refusal):
-        try:
-            client.chat_postEphemeral(
-                channel=channel, user=user, thread_ts=thread_ts, text=result.message
-            )
-        except Exception:  # a courtesy reply; the decision (or refusal) already stands
-            logger.exception("ephemeral reply failed")
+        _reply_privately(client, channel, user, thread_ts, result.message)
+
+
+def _reply_privately(client: WebClient, channel: str, user: str, thread_ts: str, text: str) -> None:
+    try:
+        client.chat_postEphemeral(channel=channel, user=user, thread_ts=thread_ts, text=text)
+    except Exception:  # a courtesy reply; the decision (or refusal) already stands
+        logger.exception("ephemeral reply failed")

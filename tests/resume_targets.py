@@ -72,3 +72,11 @@ def record_slowly(handoff: Handoff, *, attempt: int, idempotency_key: str) -> No
     _report(STARTED, handoff, attempt, idempotency_key)
     time.sleep(random.uniform(0, 0.05))
     _report(COMPLETED, handoff, attempt, idempotency_key)
+
+
+def record_after_a_while(handoff: Handoff, *, attempt: int, idempotency_key: str) -> None:
+    """Record the start, work for 0.3 s, then record the completion: keeps the workers
+    busy, so that a Redis outage lands in the middle of jobs."""
+    _report(STARTED, handoff, attempt, idempotency_key)
+    time.sleep(0.3)
+    _report(COMPLETED, handoff, attempt, idempotency_key)

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import multiprocessing
 import os
 import threading
+import time
 from multiprocessing.process import BaseProcess
 
 from redis import Redis
+from redis.backoff import ExponentialWithJitterBackoff
+from redis.exceptions import RedisError
+from redis.retry import Retry
 from rq import Queue, SimpleWorker, Worker
 from rq.serializers import JSONSerializer
 
@@ -20,6 +25,31 @@ from worker.dispatcher import Dispatcher
 from worker.notifier import Notifier
 
 logger = logging.getLogger(__name__)
+
+REDIS_RETRIES = 40
+REDIS_RETRY_BASE_SECONDS = 0.05
+REDIS_RETRY_CAP_SECONDS = 2.0
+"""Up to 40 retries, about 2 s apart at most: roughly a minute without Redis."""
+REDIS_CONNECT_TIMEOUT_SECONDS = 5.0
+
+
+def background_redis(redis_url: str) -> Redis:
+    """A client for workers and dispatchers that rides out a Redis restart or failover.
+
+    It retries a lost connection for about a minute (redis-py's default gives up after a
+    few seconds), so a job waits for Redis instead of failing half done, and RQ's own
+    bookkeeping between jobs does not end the worker.
+    """
+    return Redis.from_url(
+        redis_url,
+        retry=Retry(
+            ExponentialWithJitterBackoff(
+                base=REDIS_RETRY_BASE_SECONDS, cap=REDIS_RETRY_CAP_SECONDS
+            ),
+            REDIS_RETRIES,
+        ),
+        socket_connect_timeout=REDIS_CONNECT_TIMEOUT_SECONDS,
+    )
 
 
 def make_queue(redis: Redis, queue_name: str = defaults.QUEUE_NAME) -> Queue:
@@ -37,7 +67,7 @@ def run_dispatcher(
     parent_pid: int | None = None,
 ) -> None:
     """Run a dispatcher until interrupted (or until ``parent_pid`` is gone)."""
-    redis = Redis.from_url(redis_url)
+    redis = background_redis(redis_url)
     dispatcher = Dispatcher(
         HandoffStore(redis, store_config),
         make_queue(redis, queue_name),
@@ -93,13 +123,25 @@ def run_worker(
             daemon=True,
         )
         dispatcher.start()
-    redis = Redis.from_url(redis_url)
+    redis = background_redis(redis_url)
     try:
         worker_class = Worker if fork else SimpleWorker
-        worker = worker_class(
-            [make_queue(redis, queue_name)], connection=redis, name=name, serializer=JSONSerializer
-        )
-        worker.work(with_scheduler=True, burst=burst)
+        for generation in itertools.count():
+            worker = worker_class(
+                [make_queue(redis, queue_name)],
+                connection=redis,
+                # A worker that died with Redis may still be registered under its name.
+                name=f"{name}.{generation}" if name and generation else name,
+                serializer=JSONSerializer,
+            )
+            with contextlib.suppress(RedisError):  # its teardown may fail the same way
+                worker.work(with_scheduler=True, burst=burst)
+            if burst or worker._shutdown_requested_date is not None:
+                break
+            # RQ ends its loop on an error it does not expect, such as Redis unreachable
+            # for longer than the connection's retries: start again rather than exit.
+            logger.warning("RQ worker stopped on an error; starting it again in 1 s")
+            time.sleep(1)
     finally:
         if dispatcher is not None and dispatcher.is_alive():
             dispatcher.terminate()

@@ -1,0 +1,322 @@
+"""Redis restart: a Redis server of the test's own (append-only file, ``appendfsync always``)
+is SIGKILLed and restarted on the same port and directory while an agent creates handoffs,
+`handoff worker` processes post and resume them, and people decide them by signed clicks
+sent to `handoff serve`.
+
+Promise under test: no acknowledged decision is lost (a click the bot answered without a
+refusal ends decided in Redis, by the person who clicked); once Redis is back everything
+resumes (every handoff decided and resumed to completion exactly once) and `handoff serve`
+and `handoff worker` recover by themselves, with no restart. While Redis is down, every
+surface answers HTTP 200 with a "try again" message (button, modal opening, modal
+submission, thread reply, slash command, App Home) and ``/healthz`` answers 503.
+``--soak`` restarts Redis 5 times under more traffic. RELIABILITY_SEED replays the clicks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from redis import Redis
+from redis.exceptions import RedisError
+
+from bot import views
+from bot.standin import Message
+from store.models import Status, TaskState
+from store.repository import TaskPolicy
+from tests import resume_targets
+from tests.conftest import wait_until
+from tests.reliability.redis_server import RedisServer
+from tests.slack_env import ADMIN, ALICE, BOB, CAROL, CHANNEL, SlackEnv
+from worker.client import Handoffs
+
+RESTARTS = 1
+SOAK_RESTARTS = 5
+OUTAGE_SECONDS = 5.0
+"""How long Redis stays down: longer than redis-py's default retry budget (about 4 s)."""
+TRAFFIC_SECONDS = 3.0
+"""Traffic before the first kill, between restarts, and after the last one."""
+NEW_HANDOFF_EVERY = 0.15
+CLICKERS = (ALICE, BOB)
+"""People clicking Approve on whatever is pending; CAROL and ADMIN probe the outage."""
+TRY_AGAIN = "try again"
+POLICY = TaskPolicy(
+    resume_max_attempts=20,
+    resume_timeout_seconds=30,
+    delivery_max_attempts=20,
+    delivery_timeout_seconds=30,
+    backoff_seconds=0.2,
+    backoff_max_seconds=1.0,
+    lease_grace_seconds=1.0,
+)
+"""Attempts enough to outlast the outages; short backoff to keep the run short."""
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[RedisServer]:
+    running = RedisServer(tmp_path / "redis")
+    running.start()
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+@pytest.fixture
+def slack(server: RedisServer, tmp_path: Path) -> Iterator[SlackEnv]:
+    env = SlackEnv(
+        Redis.from_url(server.url),
+        server.url,
+        tmp_path,
+        extra_env={"HANDOFF_DISPATCH_TIMEOUT_SECONDS": "5"},
+    )
+    env.start(workers=2)
+    try:
+        yield env
+    finally:
+        env.stop()
+
+
+class Traffic:
+    """The agent creating handoffs and people clicking Approve, each in a thread of its own,
+    recording what the bot acknowledged."""
+
+    def __init__(self, slack: SlackEnv, seed: int) -> None:
+        self.slack = slack
+        self.agent = Handoffs(slack.redis, tasks=POLICY)
+        self.random = random.Random(seed)
+        self.created: list[str] = []
+        self.acknowledged: dict[str, str] = {}
+        """handoff id -> the person whose click the bot acknowledged (no refusal)."""
+        self.clicks: Counter[str] = Counter()
+        self.creating = threading.Event()
+        self.clicking = threading.Event()
+        self.failures: list[BaseException] = []
+        self._threads = [threading.Thread(target=self._create, daemon=True)] + [
+            threading.Thread(target=self._click, args=(user,), daemon=True) for user in CLICKERS
+        ]
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        self.creating.set()
+        self.clicking.set()
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self) -> None:
+        self.creating.clear()
+        self.clicking.clear()
+        for thread in self._threads:
+            thread.join(timeout=30)
+        assert not self.failures, self.failures
+
+    def _create(self) -> None:
+        n = 0
+        while self.creating.is_set():
+            key = f"restart-{n}"
+            try:
+                # An agent retries with the same key until the store answers.
+                handoff = self.agent.request_approval(
+                    run_id=f"run-{n}",
+                    thread_id="t",
+                    action="issue_refund",
+                    args={"order_id": f"A-{n}"},
+                    resume="tests.resume_targets:record_after_a_while",
+                    idempotency_key=key,
+                )
+            except RedisError:
+                time.sleep(0.2)
+                continue
+            except BaseException as exc:  # a bug: report it, not a hang
+                self.failures.append(exc)
+                return
+            with self._lock:
+                if handoff.id not in self.created:
+                    self.created.append(handoff.id)
+            n += 1
+            time.sleep(NEW_HANDOFF_EVERY)
+
+    def _click(self, user: str) -> None:
+        settled: set[str] = set()
+        """Handoffs this person saw decided (by them or someone else): not clicked again."""
+        try:
+            while self.clicking.is_set():
+                live = [
+                    m for m in pending_messages(self.slack) if message_handoff(m) not in settled
+                ]
+                if not live:
+                    time.sleep(0.05)
+                    continue
+                message = self.random.choice(live)
+                if self.click(user, message):
+                    settled.add(message_handoff(message))
+                time.sleep(0.02)
+        except BaseException as exc:
+            self.failures.append(exc)
+
+    def click(self, user: str, message: Message) -> bool:
+        """Click Approve and remember the decision if the bot acknowledged it; False when
+        the person is told to try again."""
+        before = len(replies_to(self.slack, user, message))
+        response = self.slack.standin.click(user, message, views.APPROVE)
+        replies = replies_to(self.slack, user, message)[before:]
+        outcome = "acknowledged" if not replies else "refused"
+        if any(TRY_AGAIN in text for text in replies) or response.status != 200:
+            outcome = "try again"
+        with self._lock:
+            self.clicks[f"{response.status} {outcome}"] += 1
+            if outcome == "acknowledged":
+                handoff_id = message_handoff(message)
+                assert handoff_id not in self.acknowledged, (handoff_id, user, self.acknowledged)
+                self.acknowledged[handoff_id] = user
+        return outcome != "try again"
+
+
+def message_handoff(message: Message) -> str:
+    return str(((message.metadata or {}).get("event_payload") or {}).get("handoff_id"))
+
+
+def pending_messages(slack: SlackEnv) -> list[Message]:
+    """Messages of the agent's approvals (not the probes) that still show their buttons."""
+    return [
+        m
+        for m in slack.standin.messages(CHANNEL)
+        if not m.thread_ts
+        and (m.metadata or {}).get("event_type") == "handoff_posted"
+        and ((m.metadata or {}).get("event_payload") or {}).get("run_id", "").startswith("run-")
+        and any(b.get("type") == "actions" for b in m.blocks)
+    ]
+
+
+def replies_to(slack: SlackEnv, user: str, message: Message) -> list[str]:
+    """The private replies ``user`` got to clicks on ``message``."""
+    return [e.text for e in slack.standin.ephemerals(user) if e.message_ts == message.ts]
+
+
+def health(slack: SlackEnv) -> int:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{slack.port}/healthz", timeout=3) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
+def probe_every_surface_while_down(
+    slack: SlackEnv, approval: Message, question: Message
+) -> list[float]:
+    """Each surface answers 200 (within Slack's 3 s) and tells the person to try again;
+    returns how long each answer took."""
+    standin = slack.standin
+    assert health(slack) == 503
+
+    clicked = standin.click(CAROL, approval, views.APPROVE)
+    assert clicked.status == 200, clicked
+    assert TRY_AGAIN in " ".join(replies_to(slack, CAROL, approval))
+
+    # A modal opened before the outage is submitted during it.
+    [modal] = [v for v in standin.views(CAROL) if not v.closed]
+    submitted = standin.submit_view(CAROL, modal, {views.REASON_BLOCK: {views.VALUE: "no"}})
+    assert submitted.status == 200, submitted
+    assert TRY_AGAIN in json.dumps(submitted.json().get("errors")), submitted.text
+
+    shown = len(replies_to(slack, CAROL, approval))
+    opening = standin.click(CAROL, approval, views.REJECT)
+    assert opening.status == 200, opening
+    assert TRY_AGAIN in " ".join(replies_to(slack, CAROL, approval)[shown:])
+
+    ephemerals = len(standin.ephemerals(CAROL))
+    _, replied = standin.post_message(CAROL, CHANNEL, "Yes, ship it", thread_ts=question.ts)
+    assert replied.status == 200, replied
+    told = [e.text for e in standin.ephemerals(CAROL)[ephemerals:]]
+    assert any(TRY_AGAIN in text for text in told), told
+
+    listed = standin.send_command(ADMIN, "/handoff", "list", channel_id=CHANNEL)
+    assert listed.status == 200, listed
+    assert TRY_AGAIN in standin.ephemerals(ADMIN)[-1].text
+
+    home = standin.send_app_home_opened(CAROL)
+    assert home.status == 200, home
+    published = standin.wait_for(lambda: standin.home(CAROL), timeout=2)
+    assert TRY_AGAIN in json.dumps(published.blocks)
+    return [r.elapsed for r in (clicked, submitted, opening, replied, listed, home)]
+
+
+def test_redis_killed_and_restarted_during_traffic_loses_no_acknowledged_decision(
+    server: RedisServer, slack: SlackEnv, soak: bool
+) -> None:
+    restarts = SOAK_RESTARTS if soak else RESTARTS
+    seed = int(os.environ.get("RELIABILITY_SEED") or random.randrange(1 << 30))
+    print(f"\nRELIABILITY_SEED={seed}")
+    started = time.monotonic()
+    bot_processes = {p.pid: p for p in slack.processes}
+    # Probes for the outage: a question to answer in its thread, an approval with a modal open.
+    question = slack.posted(
+        slack.handoffs.ask(
+            run_id="probe-question", thread_id="t", question="Ship it?", reviewers=[CAROL]
+        ).id
+    )
+    probe = slack.posted(slack.refund_approval(run_id="probe-approval", reviewers=[CAROL]))
+    traffic = Traffic(slack, seed)
+    traffic.start()
+    outages: list[float] = []
+    answer_times: list[float] = []
+    for _ in range(restarts):
+        time.sleep(TRAFFIC_SECONDS)
+        standin_views = len(slack.standin.views(CAROL))
+        slack.standin.click(CAROL, probe, views.REJECT)
+        slack.standin.wait_for(lambda n=standin_views: len(slack.standin.views(CAROL)) > n)
+        server.kill()
+        down = time.monotonic()
+        answer_times += probe_every_surface_while_down(slack, probe, question)
+        time.sleep(max(0.0, OUTAGE_SECONDS - (time.monotonic() - down)))
+        server.start()
+        outages.append(time.monotonic() - down)
+    time.sleep(TRAFFIC_SECONDS)
+    traffic.creating.clear()
+    created = list(traffic.created)
+
+    # Everything created gets decided (the clickers go on) and resumed.
+    wait_until(lambda: all(not slack.handoffs.get(i).is_pending for i in created), timeout=60)
+    traffic.stop()
+    wait_until(
+        lambda: all(
+            (h := slack.handoffs.get(i)).resume.state is TaskState.COMPLETED
+            and h.notify.state is TaskState.COMPLETED
+            for i in created
+        ),
+        timeout=60,
+    )
+    assert health(slack) == 200
+
+    # No acknowledged decision lost: decided, by the person the bot acknowledged.
+    for handoff_id, user in traffic.acknowledged.items():
+        decided = slack.handoffs.get(handoff_id)
+        assert decided.status is Status.APPROVED, handoff_id
+        assert decided.resume_data is not None and decided.resume_data.decided_by == user
+
+    # Every run resumed exactly once to completion, under its stable idempotency key.
+    completed = [json.loads(raw) for raw in slack.redis.lrange(resume_targets.COMPLETED, 0, -1)]
+    ran = Counter(entry["handoff_id"] for entry in completed)
+    assert {i: ran[i] for i in created} == {i: 1 for i in created}
+    for handoff_id in created:
+        audit = [e.event for e in slack.handoffs.audit(handoff_id)]
+        assert audit.count("decided") == 1 and audit.count("resumed") == 1, audit
+
+    # Serve and workers recovered by themselves: same processes, all alive.
+    assert {p.pid for p in slack.processes} == set(bot_processes)
+    assert all(p.poll() is None for p in slack.processes), slack.logs()[-5000:]
+    print(
+        f"{restarts} Redis restart(s) (down {', '.join(f'{o:.1f}' for o in outages)} s); "
+        f"{len(created)} handoffs created, {len(traffic.acknowledged)} decisions acknowledged, "
+        f"clicks {dict(traffic.clicks)}; answers while down took at most "
+        f"{max(answer_times):.2f} s; run took {time.monotonic() - started:.1f} s"
+    )
