@@ -3,8 +3,7 @@
 In order: a size limit (413), Slack's signature and timestamp on the raw bytes (401), the
 body's encoding and shape (400, see ``bot.request_shape``), then the replay guard (401, see
 ``bot.replay``). A refused request changes nothing and gets a short JSON error, never a
-traceback. Bolt verifies the signature again (it cannot be told not to); that costs one
-HMAC.
+traceback. What passes goes to Bolt already parsed and verified (see ``bot.server``).
 """
 
 from __future__ import annotations
@@ -35,6 +34,14 @@ class Rejection:
 UNSIGNED = Rejection("401 Unauthorized", "invalid request")
 
 
+@dataclass(frozen=True)
+class Admitted:
+    """A request that passed the gate: its raw body and the body parsed (as Bolt parses it)."""
+
+    raw: bytes
+    body: dict[str, Any]
+
+
 class RequestGate:
     """Admits a request's raw body, or says why not.
 
@@ -44,6 +51,7 @@ class RequestGate:
         admitted = gate.admit(environ)
         if isinstance(admitted, Rejection):
             ...  # answer admitted.status
+        ...  # dispatch admitted.body
     """
 
     def __init__(
@@ -53,8 +61,8 @@ class RequestGate:
         self.replay = replay
         self.max_body_bytes = max_body_bytes
 
-    def admit(self, environ: dict[str, Any]) -> bytes | Rejection:
-        """The raw body of a request that may go on to Bolt, or the reason to refuse it."""
+    def admit(self, environ: dict[str, Any]) -> Admitted | Rejection:
+        """The body of a request that may go on to Bolt, or the reason to refuse it."""
         raw = self._read_body(environ)
         if isinstance(raw, Rejection):
             return raw
@@ -75,7 +83,7 @@ class RequestGate:
             str(signature), sent_at=sent_at, retry_num=retry_num if is_event else None
         ):
             return self._refuse(UNSIGNED, "replayed request", environ)
-        return raw
+        return Admitted(raw, body)
 
     def _read_body(self, environ: dict[str, Any]) -> bytes | Rejection:
         declared = environ.get("CONTENT_LENGTH") or ""

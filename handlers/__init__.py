@@ -3,12 +3,12 @@
 from slack_bolt import App
 
 from handlers import actions, commands, home, messages, modals
-from handlers.deps import HandlerDeps, inject
+from handlers.deps import HandlerDeps, InjectDeps
 
 
 def register(app: App, deps: HandlerDeps) -> None:
     """Attach every listener of slack-handoff to ``app``, with ``deps`` in their context."""
-    app.middleware(inject(deps))
+    app.middleware(InjectDeps(deps))
     home.register(app)
     actions.register(app)
     modals.register(app)

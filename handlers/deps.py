@@ -6,6 +6,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from slack_bolt import BoltRequest, BoltResponse
+from slack_bolt.middleware import Middleware
+
 from bot.admin import AdminPolicy
 from bot.reviewers import ReviewerPolicy
 from store.repository import HandoffStore
@@ -41,14 +44,21 @@ class HandlerDeps:
         return user_id in self.reviewers.admins
 
 
-def inject(deps: HandlerDeps) -> Callable[..., Any]:
-    """A Bolt middleware that makes ``deps`` available as ``context[DEPS_KEY]``."""
+class InjectDeps(Middleware):
+    """A Bolt middleware that makes ``deps`` available as ``context[DEPS_KEY]``.
 
-    def middleware(context: dict[str, Any], next: Callable[[], Any]) -> Any:
-        context[DEPS_KEY] = deps
+    A ``Middleware`` subclass rather than a function: Bolt calls it directly, while for a
+    function middleware it first builds every injectable argument, on every request.
+    """
+
+    def __init__(self, deps: HandlerDeps) -> None:
+        self.deps = deps
+
+    def process(
+        self, *, req: BoltRequest, resp: BoltResponse, next: Callable[[], BoltResponse]
+    ) -> BoltResponse | None:
+        req.context[DEPS_KEY] = self.deps
         return next()
-
-    return middleware
 
 
 def deps_of(context: dict[str, Any]) -> HandlerDeps:
