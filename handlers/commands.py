@@ -186,10 +186,11 @@ def on_command(ack: Ack, command: dict[str, Any], context: dict[str, Any]) -> No
     except UsageError as exc:
         _ack(ack, admin_views.render_help(deps.slash_command, problem=str(exc)))
         return
-    if parsed.name in SLOW_SUBCOMMANDS and deps.is_admin(user):
-        _ack(ack, admin_views.render_notice(SLOW_SUBCOMMANDS[parsed.name]))
-        return  # answered by answer_slow_command, after the ack
     try:
+        # Who is an admin is cached in Redis too.
+        if parsed.name in SLOW_SUBCOMMANDS and deps.is_admin(user):
+            _ack(ack, admin_views.render_notice(SLOW_SUBCOMMANDS[parsed.name]))
+            return  # answered by answer_slow_command, after the ack
         reply = run_command(deps, user, parsed)
     except STORE_DOWN:
         logger.exception("store unavailable", extra={"user": user, "command": parsed.name})

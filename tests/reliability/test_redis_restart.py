@@ -36,7 +36,7 @@ from store.repository import TaskPolicy
 from tests import resume_targets
 from tests.conftest import wait_until
 from tests.reliability.redis_server import RedisServer
-from tests.slack_env import ADMIN, ALICE, BOB, CAROL, CHANNEL, SlackEnv
+from tests.slack_env import ADMIN, ALICE, BOB, CAROL, CHANNEL, OWNER, SlackEnv
 from worker.client import Handoffs
 
 RESTARTS = 1
@@ -46,6 +46,8 @@ OUTAGE_SECONDS = 5.0
 TRAFFIC_SECONDS = 3.0
 """Traffic before the first kill, between restarts, and after the last one."""
 NEW_HANDOFF_EVERY = 0.15
+READING_SECONDS = 1.0
+"""A message is clicked once it has been shown this long (so some are pending at each kill)."""
 CLICKERS = (ALICE, BOB)
 """People clicking Approve on whatever is pending; CAROL and ADMIN probe the outage."""
 TRY_AGAIN = "try again"
@@ -150,8 +152,12 @@ class Traffic:
         """Handoffs this person saw decided (by them or someone else): not clicked again."""
         try:
             while self.clicking.is_set():
+                # People read a message for a moment before they click.
+                read_by = time.time() - READING_SECONDS
                 live = [
-                    m for m in pending_messages(self.slack) if message_handoff(m) not in settled
+                    m
+                    for m in pending_messages(self.slack)
+                    if message_handoff(m) not in settled and float(m.ts) < read_by
                 ]
                 if not live:
                     time.sleep(0.05)
@@ -159,7 +165,7 @@ class Traffic:
                 message = self.random.choice(live)
                 if self.click(user, message):
                     settled.add(message_handoff(message))
-                time.sleep(0.02)
+                time.sleep(self.random.uniform(0.05, 0.2))
         except BaseException as exc:
             self.failures.append(exc)
 
@@ -242,12 +248,16 @@ def probe_every_surface_while_down(
     listed = standin.send_command(ADMIN, "/handoff", "list", channel_id=CHANNEL)
     assert listed.status == 200, listed
     assert TRY_AGAIN in standin.ephemerals(ADMIN)[-1].text
+    # A workspace owner is an admin through users.info, cached in Redis.
+    stats = standin.send_command(OWNER, "/handoff", "stats", channel_id=CHANNEL)
+    assert stats.status == 200, stats
+    assert TRY_AGAIN in standin.ephemerals(OWNER)[-1].text
 
     home = standin.send_app_home_opened(CAROL)
     assert home.status == 200, home
     published = standin.wait_for(lambda: standin.home(CAROL), timeout=2)
     assert TRY_AGAIN in json.dumps(published.blocks)
-    return [r.elapsed for r in (clicked, submitted, opening, replied, listed, home)]
+    return [r.elapsed for r in (clicked, submitted, opening, replied, listed, stats, home)]
 
 
 def test_redis_killed_and_restarted_during_traffic_loses_no_acknowledged_decision(
