@@ -104,7 +104,9 @@ class Poster:
     ``client`` (with its retries) reads history and neutralises extras; posts go through
     ``posting`` (by default a twin of ``client`` that retries only 429s). After an ambiguous
     failure the poster waits ``settle_seconds`` (default: the client's timeout), so that a
-    post still on its way lands before it looks; it tries ``tries`` posts per call.
+    post still on its way lands before it looks; it tries ``tries`` posts per call (each
+    lost answer costs the client's timeout plus the settling time: keep ``tries`` times
+    twice the timeout inside the job's timeout, ``HANDOFF_DELIVERY_TIMEOUT_SECONDS``).
 
     Example::
 
@@ -118,7 +120,7 @@ class Poster:
         *,
         posting: WebClient | None = None,
         settle_seconds: float | None = None,
-        tries: int = 3,
+        tries: int = 2,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.client = client
