@@ -32,8 +32,6 @@ BENCHMARKS = {
 }
 """Module of ``bench`` -> what it measures, in the order they run."""
 
-NAME_WIDTH = 66
-
 
 @dataclass
 class Section:
@@ -70,20 +68,21 @@ def run_benchmark(name: str, server: RedisServer, *, quick: bool, details: bool)
 def print_table(sections: list[Section], server: RedisServer, *, quick: bool) -> None:
     """The one table, then every problem."""
     sizes = "smoke sizes (--quick): the figures mean nothing" if quick else "the issue's sizes"
+    figures = [figure for section in sections for figure in section.figures]
+    width = max([len("figure"), *(len(figure.name) + 2 for figure in figures)]) + 2
     print(f"\nslack-handoff benchmarks — {server.description}")
     print(f"  {os.cpu_count()} CPUs; load average at the end {load_average()}; {sizes}\n")
-    print(f"{'figure':<{NAME_WIDTH}}{'measured':>14}{'target':>14}   met")
+    print(f"{'figure':<{width}}{'measured':>14}{'target':>14}   met")
     for section in sections:
         print(f"{section.name} (bench/{section.name}.py, {section.seconds:.0f} s)")
         for figure in section.figures:
             print(
-                f"  {figure.name:<{NAME_WIDTH - 2}}{figure.shown_value():>14}"
+                f"  {figure.name:<{width - 2}}{figure.shown_value():>14}"
                 f"{figure.shown_target():>14}   {figure.verdict()}"
             )
     problems = [(s.name, p) for s in sections for p in s.problems]
     for name, problem in problems:
         print(f"FAIL {name}: {problem}")
-    figures = [figure for section in sections for figure in section.figures]
     missed = sum(1 for figure in figures if figure.met is False)
     print(
         f"\n{len(figures)} figures, {sum(1 for f in figures if f.met)} targets met, "
