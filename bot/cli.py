@@ -52,6 +52,22 @@ def main(verbose: bool) -> None:
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    _redact_secrets()
+
+
+def _redact_secrets() -> None:
+    """Keep the tokens and the signing secret out of every log line of this process and of
+    the processes it forks (gunicorn workers, RQ work horses)."""
+    from pydantic import ValidationError
+
+    from bot.log_redaction import install
+
+    try:
+        settings = Settings()
+    except ValidationError:  # the command itself reports what is wrong with the settings
+        install([])
+        return
+    install([settings.slack_bot_token, settings.slack_signing_secret, settings.slack_app_token])
 
 
 @main.command()

@@ -85,9 +85,12 @@ def parse_corrected_draft(state_values: dict[str, Any]) -> str:
     parts = sorted(
         (int(block_id.removeprefix(DRAFT_BLOCK_PREFIX)), block_id)
         for block_id in state_values
+        # Only the parts the modal has: a submission naming others is not Slack's.
         if block_id.startswith(DRAFT_BLOCK_PREFIX)
+        and block_id.removeprefix(DRAFT_BLOCK_PREFIX).isdecimal()
+        and len(block_id) <= len(DRAFT_BLOCK_PREFIX) + 4
     )
-    return "".join(state_values[block_id][VALUE].get("value") or "" for _, block_id in parts)
+    return "".join(input_value(state_values, block_id) or "" for _, block_id in parts)
 
 
 def _coerce(raw: str | None, expected: Any, original: Any) -> Any:

@@ -27,9 +27,17 @@ class MalformedRequest(ValueError):
 
 Check = Callable[[Any], bool]
 
+MISSING: Any = object()
+"""What a check is given for a field the object does not have."""
+
 
 def _optional(*types: type) -> Check:
-    return lambda value: value is None or isinstance(value, types)
+    return lambda value: value is None or value is MISSING or isinstance(value, types)
+
+
+def _absent_or(*types: type) -> Check:
+    """Either absent or of ``types``, never null: Bolt reads these with ``body.get(k, {})``."""
+    return lambda value: value is MISSING or isinstance(value, types)
 
 
 def _required(*types: type) -> Check:
@@ -37,7 +45,9 @@ def _required(*types: type) -> Check:
 
 
 def _dicts(value: Any) -> bool:
-    return value is None or (isinstance(value, list) and all(isinstance(v, dict) for v in value))
+    if value is None or value is MISSING:
+        return True
+    return isinstance(value, list) and all(isinstance(v, dict) for v in value)
 
 
 def _nonempty_dicts(value: Any) -> bool:
@@ -62,11 +72,13 @@ ENVELOPE: Mapping[str, Check] = {
     "response_url": STR,
     "response_urls": _dicts,
     "authorizations": _dicts,
-    "event": DICT,
+    "event": _absent_or(dict),
+    "view": _absent_or(dict),
+    "context": _absent_or(dict),
+    "function": _absent_or(dict),
     "message": DICT,
     "previous_message": DICT,
     "item": DICT,
-    "view": DICT,
     "container": DICT,
     "state": DICT,
 }
@@ -95,6 +107,13 @@ VIEW: Mapping[str, Check] = {
 
 HANDLED_EVENTS = frozenset({"message", "app_home_opened"})
 """Event types the listeners read; other events only need what Bolt reads (``ENVELOPE``)."""
+
+INPUT_STATE: Mapping[str, Check] = {
+    "type": STR,
+    "value": STR,
+    "selected_option": DICT,
+}
+"""What the listeners read of an input's state in ``view.state.values``."""
 
 EVENT: Mapping[str, Check] = {
     "type": _required(str),
@@ -170,7 +189,7 @@ def _envelope_problem(obj: dict[str, Any], where: str, *, depth: int) -> str | N
 
 def _block_actions_problem(body: dict[str, Any]) -> str | None:
     problem = _fields_problem(
-        body, {"user": _required(dict), "actions": _nonempty_dicts, "trigger_id": STR}
+        body, {"user": _required(dict), "actions": _nonempty_dicts, "trigger_id": _required(str)}
     )
     if problem:
         return problem
@@ -200,8 +219,17 @@ def _view_problem(body: dict[str, Any]) -> str | None:
     if not isinstance(values, dict):
         return "view.state.values is not an object"
     for block_id, actions in values.items():
-        if not isinstance(actions, dict) or not all(isinstance(a, dict) for a in actions.values()):
-            return f"view.state.values.{block_id} is not an object of objects"
+        if not isinstance(actions, dict):
+            return f"view.state.values.{block_id} is not an object"
+        for action_id, state in actions.items():
+            where = f"view.state.values.{block_id}.{action_id}."
+            if not isinstance(state, dict):
+                return f"{where[:-1]} is not an object"
+            problem = _fields_problem(state, INPUT_STATE, where) or _fields_problem(
+                state.get("selected_option") or {}, {"value": STR}, f"{where}selected_option."
+            )
+            if problem:
+                return problem
     return None
 
 
@@ -220,7 +248,7 @@ def _event_problem(event: dict[str, Any]) -> str | None:
 
 def _fields_problem(obj: dict[str, Any], rules: Mapping[str, Check], where: str = "") -> str | None:
     for name, check in rules.items():
-        value = obj.get(name)
+        value = obj.get(name, MISSING)
         if not check(value):
-            return f"{where}{name} {'is missing' if value is None else 'has the wrong type'}"
+            return f"{where}{name} {'is missing' if value is MISSING else 'has the wrong type'}"
     return None

@@ -1,0 +1,290 @@
+"""People who may not decide a handoff, or run admin commands, are refused on every surface:
+buttons, modal submissions, thread replies, App Home buttons, the slash command and its
+buttons. Each gets a clear refusal; nothing changes but the audit of the denial.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+from redis import Redis
+
+from bot import views
+from bot.admin_views import LIST_NEXT, LIST_PREV, LIST_SHOW, PageRequest, encode_page
+from bot.queues import ListFilter, ListKind
+from bot.standin import Message
+from handlers.modal_metadata import ModalOrigin, metadata_key, seal
+from store.models import Status
+from tests.security.harness import (
+    InProcessBot,
+    assert_unchanged,
+    sink,
+    snapshot,
+    wait_quiet,
+)
+from tests.slack_env import (
+    ADMIN,
+    ALICE,
+    BOB,
+    CAROL,
+    CHANNEL,
+    OWNER,
+    SIGNING_SECRET,
+    SlackEnv,
+    wait_for,
+)
+
+ONLY_ALICE = f"Only <@{ALICE}> can decide this request."
+
+
+def _text(blocks: list[dict[str, Any]], text: str = "") -> str:
+    return text + json.dumps(blocks)
+
+
+def _requests(slack: SlackEnv) -> dict[str, str]:
+    """One pending handoff of every kind, for Alice to decide, posted; the second
+    escalation claimed by Alice (so it shows Resolve and Send back)."""
+    ids = {
+        "approval": slack.refund_approval(reviewers=[ALICE]),
+        "question": slack.handoffs.ask(
+            run_id="run-a", thread_id="t", question="Which region?", reviewers=[ALICE]
+        ).id,
+        "correction": slack.handoffs.request_correction(
+            run_id="run-a", thread_id="t", draft="Dear customer,", reviewers=[ALICE]
+        ).id,
+        "escalation": slack.handoffs.escalate(
+            run_id="run-a", thread_id="t", summary="Stuck on a refund", reviewers=[ALICE]
+        ).id,
+        "claimed escalation": slack.handoffs.escalate(
+            run_id="run-a", thread_id="t", summary="Stuck again", reviewers=[ALICE]
+        ).id,
+    }
+    slack.standin.click(ALICE, slack.posted(ids["claimed escalation"]), views.CLAIM)
+    wait_for(lambda: slack.handoffs.get(ids["claimed escalation"]).claimed_by == ALICE)
+    return ids
+
+
+BUTTONS = {
+    "approval": [views.APPROVE, views.REJECT, views.EDIT],
+    "question": [views.ANSWER],
+    "correction": [views.CORRECT, views.REJECT],
+    "escalation": [views.CLAIM],
+    "claimed escalation": [views.RESOLVE, views.REJECT],
+}
+
+
+def _current(slack: SlackEnv, handoff_id: str) -> Message:
+    """The handoff's message as it is now (after the claim's update, for instance)."""
+    refs = slack.handoffs.get(handoff_id).message_refs
+    return slack.standin.message(refs["channel"], refs["ts"])
+
+
+def test_every_button_refuses_someone_who_may_not_decide(
+    slack: SlackEnv, store_redis: Redis
+) -> None:
+    ids = _requests(slack)
+    wait_for(lambda: views.RESOLVE in json.dumps(_current(slack, ids["claimed escalation"]).blocks))
+    wait_quiet(store_redis, slack)
+    before = snapshot(store_redis)
+    modals = len(slack.standin.calls("views.open"))
+
+    for kind, buttons in BUTTONS.items():
+        message = _current(slack, ids[kind])
+        for action_id in buttons:
+            shown = len(slack.standin.ephemerals(CAROL))
+            assert slack.standin.click(CAROL, message, action_id).status == 200
+            replies = slack.standin.ephemerals(CAROL)
+            assert len(replies) == shown + 1, f"{kind} {action_id}: no reply"
+            assert replies[-1].text == ONLY_ALICE, f"{kind} {action_id}"
+
+    assert len(slack.standin.calls("views.open")) == modals  # no modal opened for Carol
+    for kind, handoff_id in ids.items():
+        handoff = slack.handoffs.get(handoff_id)
+        assert handoff.status is Status.PENDING, kind
+        denied = [e for e in slack.handoffs.audit(handoff_id) if e.event == "denied"]
+        assert {(e.actor, e.detail["via"]) for e in denied} == {(CAROL, "slack_button")}
+    assert slack.handoffs.get(ids["claimed escalation"]).claimed_by == ALICE
+    assert_unchanged(before, snapshot(store_redis), store_redis)
+
+
+def test_the_requester_may_not_approve_their_own_request(slack: SlackEnv) -> None:
+    handoff_id = slack.refund_approval(reviewers=[ALICE, BOB], requester=ALICE)
+    slack.standin.click(ALICE, slack.posted(handoff_id), views.APPROVE)
+    assert "someone else has to decide it" in slack.standin.ephemerals(ALICE)[-1].text
+    assert slack.handoffs.get(handoff_id).status is Status.PENDING
+
+
+def test_a_modal_submission_by_someone_who_may_not_decide_is_refused(
+    slack: SlackEnv, bot: InProcessBot, store_redis: Redis
+) -> None:
+    handoff_id = slack.refund_approval(reviewers=[ALICE])
+    removed = slack.refund_approval(reviewers=[ALICE])
+    slack.standin.click(ALICE, slack.posted(handoff_id), views.REJECT)
+    slack.standin.click(ALICE, slack.posted(removed), views.REJECT)
+    alices_modals = wait_for(
+        lambda: len(slack.standin.views(ALICE)) >= 2 and slack.standin.views(ALICE)
+    )
+    [modal] = [v for v in alices_modals if removed in v.view["private_metadata"]]
+
+    # Alice is taken off the request while her modal is open: her submission no longer counts.
+    slack.handoffs.store.reassign(removed, by=ADMIN, reviewers=[BOB])
+    wait_quiet(store_redis, slack)
+    before = snapshot(store_redis)
+    answer = slack.standin.submit_view(ALICE, modal, {views.REASON_BLOCK: {views.VALUE: "no"}})
+    assert answer.json()["errors"] == {views.REASON_BLOCK: f"Only @{BOB} can decide this request."}
+
+    # Carol submits a modal for the handoff, even one sealed for her (as if she had opened it).
+    values = {views.REASON_BLOCK: {views.VALUE: {"type": "plain_text_input", "value": "no"}}}
+    for metadata in (
+        json.dumps({"handoff_id": handoff_id, "channel": CHANNEL}),
+        seal(metadata_key(SIGNING_SECRET), ModalOrigin(handoff_id, CHANNEL, CAROL)),
+    ):
+        payload = {
+            "type": "view_submission",
+            "user": {"id": CAROL},
+            "view": {**modal.view, "private_metadata": metadata, "state": {"values": values}},
+        }
+        reply = bot.interaction(payload)
+        assert reply.status == 200
+        assert json.loads(reply.body)["response_action"] == "errors"
+    assert slack.handoffs.get(handoff_id).status is Status.PENDING
+    assert slack.handoffs.get(removed).status is Status.PENDING
+    assert_unchanged(before, snapshot(store_redis), store_redis)
+
+
+def test_a_thread_reply_by_someone_who_may_not_answer_is_refused(
+    slack: SlackEnv, store_redis: Redis
+) -> None:
+    question = slack.handoffs.ask(
+        run_id="run-t", thread_id="t", question="Which region?", reviewers=[ALICE]
+    )
+    message = slack.posted(question.id)
+    wait_quiet(store_redis, slack)
+    before = snapshot(store_redis)
+
+    _, response = slack.standin.post_message(CAROL, CHANNEL, "us-east-1", thread_ts=message.ts)
+
+    assert response.status == 200
+    assert slack.standin.ephemerals(CAROL)[-1].text == ONLY_ALICE
+    assert slack.handoffs.get(question.id).status is Status.PENDING
+    assert [(e.event, e.actor) for e in slack.handoffs.audit(question.id)][-1] == (
+        "denied",
+        CAROL,
+    )
+    assert_unchanged(before, snapshot(store_redis), store_redis)
+
+
+def test_a_stale_app_home_button_of_someone_taken_off_the_request_is_refused(
+    slack: SlackEnv, store_redis: Redis
+) -> None:
+    handoff_id = slack.refund_approval(reviewers=[BOB])
+    slack.posted(handoff_id)
+    slack.standin.send_app_home_opened(BOB)
+    stale = wait_for(
+        lambda: (home := slack.standin.home(BOB)) and handoff_id in json.dumps(home.blocks) and home
+    )
+    slack.handoffs.store.reassign(handoff_id, by=ADMIN, reviewers=[ALICE])
+    wait_quiet(store_redis, slack)
+    before = snapshot(store_redis)
+
+    block_id = f"home_actions_{handoff_id}"
+    assert slack.standin.click(BOB, stale, views.APPROVE, block_id=block_id).status == 200
+
+    notice = json.dumps(slack.standin.home(BOB).blocks)
+    assert "not on a message of that request" in notice or ONLY_ALICE in notice
+    assert slack.handoffs.get(handoff_id).status is Status.PENDING
+    assert_unchanged(before, snapshot(store_redis), store_redis)
+
+
+# -- the slash command --------------------------------------------------------------------------
+
+ADMIN_ONLY = [
+    "cancel {id}",
+    "cancel {id} not needed",
+    "expire {id}",
+    "reassign {id} <#C0ELSEWHERE>",
+    "reassign {id} <@U0CAROL>",
+    "retry {id}",
+    "stats",
+    "stats 30d",
+    "list",
+    "list pending",
+    "list <#C0APPROVALS|approvals>",
+    "list run run-refund",
+    "list type approval",
+]
+
+
+@pytest.mark.parametrize("user", [CAROL, ALICE])
+def test_admin_subcommands_are_refused_to_non_admins_and_change_nothing(
+    slack: SlackEnv, store_redis: Redis, user: str
+) -> None:
+    handoff_id = slack.refund_approval(reviewers=[ALICE])
+    slack.posted(handoff_id)
+    wait_quiet(store_redis, slack)
+    before = snapshot(store_redis)
+
+    for text in ADMIN_ONLY:
+        reply = slack.command(user, text.format(id=handoff_id))
+        shown = _text(reply.blocks, reply.text)
+        assert "Only handoff admins" in shown, f"{text}: {shown}"
+
+    assert slack.handoffs.get(handoff_id).status is Status.PENDING
+    denials = [e for e in slack.handoffs.audit(handoff_id) if e.event == "denied"]
+    assert {e.detail["command"] for e in denials} == {"cancel", "expire", "reassign", "retry"}
+    time.sleep(0.3)  # stats answers after the ack, when it answers at all
+    assert_unchanged(before, snapshot(store_redis), store_redis)
+
+
+def test_admins_do_run_them(slack: SlackEnv) -> None:
+    """The control for the test above: the same commands work for HANDOFF_ADMINS and for
+    workspace owners (known through users.info)."""
+    cancelled = slack.refund_approval(reviewers=[ALICE])
+    expired = slack.refund_approval(reviewers=[ALICE])
+    assert "Cancelled" in _text(slack.command(ADMIN, f"cancel {cancelled}").blocks)
+    assert "Expired" in _text(slack.command(OWNER, f"expire {expired}").blocks)
+    assert slack.handoffs.get(cancelled).status is Status.CANCELLED
+    assert slack.handoffs.get(expired).status is Status.EXPIRED
+
+
+def test_show_and_listing_buttons_refuse_what_the_user_may_not_see(
+    slack: SlackEnv, bot: InProcessBot, store_redis: Redis
+) -> None:
+    handoff_id = slack.refund_approval(reviewers=[ALICE])
+    shown = _text(slack.command(CAROL, f"show {handoff_id}").blocks)
+    assert "You can see only the handoffs you may decide" in shown
+    assert "A-1001" not in shown  # none of the request's content
+    wait_quiet(store_redis, slack)
+    before = snapshot(store_redis)
+
+    # Clicks on the buttons of an ephemeral listing, their values forged to other listings
+    # and to a handoff Carol may not see; the answers go to the response_url.
+    forged = {
+        LIST_NEXT: encode_page(PageRequest(ListFilter(ListKind.PENDING))),
+        LIST_PREV: encode_page(PageRequest(ListFilter(ListKind.CHANNEL, CHANNEL))),
+        LIST_SHOW: handoff_id,
+    }
+    for action_id, value in forged.items():
+        with sink() as (url, answers):
+            payload = {
+                "type": "block_actions",
+                "user": {"id": CAROL},
+                "container": {
+                    "type": "message",
+                    "message_ts": "1700000000.000100",
+                    "channel_id": CHANNEL,
+                    "is_ephemeral": True,
+                },
+                "trigger_id": "1.2.forged",
+                "response_url": url,
+                "actions": [{"type": "button", "action_id": action_id, "value": value}],
+            }
+            assert bot.interaction(payload).status == 200
+        [(_, told)] = answers
+        text = told.decode()
+        assert "Only handoff admins" in text or "You can see only" in text, action_id
+        assert "A-1001" not in text
+    assert_unchanged(before, snapshot(store_redis), store_redis)
