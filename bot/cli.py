@@ -97,6 +97,7 @@ def worker(burst: bool, no_dispatcher: bool, name: str | None, fork: bool) -> No
         burst=burst,
         name=name,
         fork=fork,
+        redis_wait_seconds=settings.redis_wait_seconds,
     )
 
 
@@ -158,6 +159,7 @@ def dispatcher() -> None:
         queue_name=settings.queue,
         interval=settings.sweep_interval_seconds,
         dispatch_timeout=settings.dispatch_timeout_seconds,
+        redis_wait_seconds=settings.redis_wait_seconds,
     )
 
 

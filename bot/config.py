@@ -70,6 +70,12 @@ class Settings(BaseSettings):
     escalate_to: str | None = Field(
         default=None, description="Escalation channel id (copy posted) or user group id."
     )
+    redis_wait_seconds: float = Field(
+        default=60,
+        gt=0,
+        description="How long workers and dispatchers wait for an unreachable Redis "
+        "(a restart, a failover) before the attempt at hand fails.",
+    )
     sweep_interval_seconds: float = Field(
         default=defaults.SWEEP_INTERVAL_SECONDS,
         gt=0,

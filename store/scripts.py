@@ -120,6 +120,14 @@ local function close_pending(id, hkey, status, decision, actor, event, at, reten
   audit(id, event, actor, at, {status = status})
   redis.call('PUBLISH', P .. 'decided:' .. id, status)
 end
+
+-- Expiry fails closed: the run resumes with 'expired', decided by nobody.
+local function expire_pending(id, hkey, at, retention_ms)
+  local decision = cjson.encode({decision_id = 'expiry-' .. id, outcome = 'expired',
+                                 decided_by = 'system', via = 'expiry'})
+  close_pending(id, hkey, 'expired', decision, 'system', 'expired', at, retention_ms, true)
+  return decision
+end
 """
 
 # KEYS[1] handoff hash.
@@ -170,15 +178,22 @@ DECIDE = (
 local id, hkey = ARGV[2], KEYS[1]
 if redis.call('EXISTS', hkey) == 0 then return {'missing'} end
 local h = redis.call('HMGET', hkey, 'status', 'decision', 'decided_at', 'claimed_by',
-                     'request_type')
+                     'request_type', 'expires_at')
 if h[1] ~= 'pending' then return {'already', h[1], h[2] or '', h[3] or ''} end
+local now = now_ms()
+local expires_at = tonumber(h[6] or 0)
+if expires_at > 0 and now >= expires_at and ARGV[3] ~= 'expired' then
+  -- Past its deadline a handoff is expired, even before a sweeper gets to it: a late
+  -- decision never wins over the deadline.
+  local decision = expire_pending(id, hkey, now, tonumber(ARGV[6]))
+  return {'already', 'expired', decision, tostring(now)}
+end
 if not string.find(' ' .. ARGV[10] .. ' ', ' ' .. h[5] .. ' ', 1, true) then
   return {'invalid', h[5]}
 end
 if h[5] == 'escalation' and ARGV[7] ~= '' and h[4] ~= ARGV[7] then
   return {'claim', h[4] or ''}
 end
-local now = now_ms()
 close_pending(id, hkey, ARGV[3], ARGV[4], ARGV[5], ARGV[8], now, tonumber(ARGV[6]),
               ARGV[9] == '1')
 if ARGV[11] == '0' then return {'ok', now, redis.call('HGET', hkey, 'version')} end
@@ -367,10 +382,7 @@ for _, id in ipairs(due) do
   if redis.call('ZREM', KEYS[1], id) == 1 then
     local hkey = P .. 'h:' .. id
     if redis.call('HGET', hkey, 'status') == 'pending' then
-      local decision = cjson.encode({decision_id = 'expiry-' .. id, outcome = 'expired',
-                                     decided_by = 'system', via = 'expiry'})
-      close_pending(id, hkey, 'expired', decision, 'system', 'expired', now,
-                    tonumber(ARGV[3]), true)
+      expire_pending(id, hkey, now, tonumber(ARGV[3]))
       table.insert(expired, id)
     end
   end

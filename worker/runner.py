@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import math
 import multiprocessing
 import os
 import threading
@@ -12,7 +13,7 @@ import time
 from multiprocessing.process import BaseProcess
 
 from redis import Redis
-from redis.backoff import ExponentialWithJitterBackoff
+from redis.backoff import EqualJitterBackoff
 from redis.exceptions import RedisError
 from redis.retry import Retry
 from rq import Queue, SimpleWorker, Worker
@@ -26,29 +27,29 @@ from worker.notifier import Notifier
 
 logger = logging.getLogger(__name__)
 
-REDIS_RETRIES = 40
 REDIS_RETRY_BASE_SECONDS = 0.05
-REDIS_RETRY_CAP_SECONDS = 2.0
-"""Up to 40 retries, about 2 s apart at most: roughly a minute without Redis."""
+REDIS_RETRY_CAP_SECONDS = 1.0
+"""Retries after a lost connection come quickly at first, then about once a second."""
 REDIS_CONNECT_TIMEOUT_SECONDS = 5.0
 
 
-def background_redis(redis_url: str) -> Redis:
+def background_redis(redis_url: str, *, wait_seconds: float = 60.0) -> Redis:
     """A client for workers and dispatchers that rides out a Redis restart or failover.
 
-    It retries a lost connection for about a minute (redis-py's default gives up after a
-    few seconds), so a job waits for Redis instead of failing half done, and RQ's own
-    bookkeeping between jobs does not end the worker.
+    It retries a lost connection for about ``wait_seconds`` (redis-py's default gives up
+    at once on a refused connection), so a job waits for Redis instead of failing half
+    done, and RQ's own bookkeeping between jobs does not end the worker.
     """
+    # Equal jitter waits between half and all of each step: the first five steps add up
+    # to about 1 s, then each adds about 0.75 s.
+    retries = 5 + math.ceil(max(0.0, wait_seconds - 1) / (0.75 * REDIS_RETRY_CAP_SECONDS))
     return Redis.from_url(
         redis_url,
         retry=Retry(
-            ExponentialWithJitterBackoff(
-                base=REDIS_RETRY_BASE_SECONDS, cap=REDIS_RETRY_CAP_SECONDS
-            ),
-            REDIS_RETRIES,
+            EqualJitterBackoff(base=REDIS_RETRY_BASE_SECONDS, cap=REDIS_RETRY_CAP_SECONDS),
+            retries,
         ),
-        socket_connect_timeout=REDIS_CONNECT_TIMEOUT_SECONDS,
+        socket_connect_timeout=min(REDIS_CONNECT_TIMEOUT_SECONDS, wait_seconds),
     )
 
 
@@ -65,9 +66,10 @@ def run_dispatcher(
     interval: float = defaults.SWEEP_INTERVAL_SECONDS,
     dispatch_timeout: float = defaults.DISPATCH_TIMEOUT_SECONDS,
     parent_pid: int | None = None,
+    redis_wait_seconds: float = 60.0,
 ) -> None:
     """Run a dispatcher until interrupted (or until ``parent_pid`` is gone)."""
-    redis = background_redis(redis_url)
+    redis = background_redis(redis_url, wait_seconds=redis_wait_seconds)
     dispatcher = Dispatcher(
         HandoffStore(redis, store_config),
         make_queue(redis, queue_name),
@@ -93,6 +95,7 @@ def run_worker(
     burst: bool = False,
     name: str | None = None,
     fork: bool = False,
+    redis_wait_seconds: float = 60.0,
 ) -> None:
     """Run an RQ worker (JSON serializer, scheduler on) on the project's queue.
 
@@ -104,6 +107,10 @@ def run_worker(
 
     With ``with_dispatcher``, a dispatcher runs beside it in a separate process (spawned,
     not forked, so the worker's own forks stay single-threaded).
+
+    Both wait up to ``redis_wait_seconds`` for an unreachable Redis; if RQ's loop ends on
+    an error all the same, the RQ worker is started again here rather than the process
+    exiting, so a Redis outage needs no supervisor to restart anything.
     """
     if notifier is not None:
         jobs.configure(notifier=notifier)
@@ -118,12 +125,13 @@ def run_worker(
                 "interval": dispatch_interval,
                 "dispatch_timeout": dispatch_timeout,
                 "parent_pid": os.getpid(),
+                "redis_wait_seconds": redis_wait_seconds,
             },
             name="handoff-dispatcher",
             daemon=True,
         )
         dispatcher.start()
-    redis = background_redis(redis_url)
+    redis = background_redis(redis_url, wait_seconds=redis_wait_seconds)
     try:
         worker_class = Worker if fork else SimpleWorker
         for generation in itertools.count():

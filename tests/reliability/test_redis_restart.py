@@ -14,6 +14,7 @@ submission, thread reply, slash command, App Home) and ``/healthz`` answers 503.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -34,7 +35,7 @@ from bot.standin import Message
 from store.models import Status, TaskState
 from store.repository import TaskPolicy
 from tests import resume_targets
-from tests.conftest import wait_until
+from tests.conftest import WorkerProcesses, wait_until
 from tests.reliability.redis_server import RedisServer
 from tests.slack_env import ADMIN, ALICE, BOB, CAROL, CHANNEL, OWNER, SlackEnv
 from worker.client import Handoffs
@@ -330,3 +331,33 @@ def test_redis_killed_and_restarted_during_traffic_loses_no_acknowledged_decisio
         f"clicks {dict(traffic.clicks)}; answers while down took at most "
         f"{max(answer_times):.2f} s; run took {time.monotonic() - started:.1f} s"
     )
+
+
+def test_a_worker_whose_redis_wait_runs_out_mid_job_carries_on_once_redis_is_back(
+    server: RedisServer, tmp_path: Path
+) -> None:
+    # A 1-second wait, so that this outage outlasts it: RQ's loop ends on the error.
+    workers = WorkerProcesses(server.url, tmp_path)
+    worker = workers.start(extra_env={"HANDOFF_REDIS_WAIT_SECONDS": "1"})
+    redis = Redis.from_url(server.url)
+    agent = Handoffs(redis, tasks=dataclasses.replace(POLICY, resume_timeout_seconds=3))
+    try:
+        handoff = agent.request_approval(
+            run_id="run-1",
+            thread_id="t",
+            action="issue_refund",
+            resume="tests.resume_targets:record_after_a_while",
+        )
+        agent.decide(handoff.id, "approved", by=ALICE)
+        wait_until(lambda: redis.llen(resume_targets.STARTED), timeout=30, interval=0.005)
+        server.kill()  # the resume target is still at work
+        time.sleep(OUTAGE_SECONDS)
+        server.start()
+
+        wait_until(lambda: agent.get(handoff.id).resume.state is TaskState.COMPLETED, timeout=30)
+        assert worker.poll() is None, workers.logs()[-3000:]
+        assert "starting it again" in workers.logs()
+        completed = [json.loads(raw) for raw in redis.lrange(resume_targets.COMPLETED, 0, -1)]
+        assert [entry["handoff_id"] for entry in completed] == [handoff.id]
+    finally:
+        workers.stop_all()
