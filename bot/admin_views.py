@@ -113,7 +113,8 @@ def render_help(command: str, *, problem: str | None = None) -> RenderedMessage:
         f"• `{command} expire <id>`: expire it now; the run resumes with _expired_",
         f"• `{command} reassign <id> <#channel|@user|@group>`: post it there instead; the "
         "old message points to the new one",
-        f"• `{command} retry <id>`: run a resume that failed after its retries again",
+        f"• `{command} retry <id>`: retry a delivery, resume or message update that failed "
+        "after its retries",
         f"• `{command} stats [7d]`: pending by type and channel, time to decision, expiry "
         "rate, failed resumes",
         f"• `{command} help`: this list",

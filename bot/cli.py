@@ -12,7 +12,7 @@ from redis import Redis
 
 from bot.config import Settings
 from store.exceptions import HandoffError
-from store.models import Handoff, Status, TaskKind
+from store.models import Handoff, Status
 from store.repository import HandoffStore
 from worker.notifier import LoggingNotifier, Notifier
 
@@ -207,9 +207,9 @@ def decide(handoff_id: str, outcome: str, by: str, comment: str | None, answer: 
 @click.argument("handoff_id")
 @click.option("--by", default="cli", help="Who asks for the retry.")
 def retry(handoff_id: str, by: str) -> None:
-    """Retry a resume that failed after all its attempts."""
-    handoff = _store(_settings()).retry_task(handoff_id, TaskKind.RESUME, requested_by=by)
-    click.echo(f"resume of {handoff.id} queued again")
+    """Retry what failed after all its attempts: the delivery, the resume, the update."""
+    retried = _store(_settings()).retry_failed(handoff_id, requested_by=by)
+    click.echo(f"{', '.join(kind.value for kind in retried)} of {handoff_id} queued again")
 
 
 @main.group()

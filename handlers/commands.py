@@ -38,6 +38,12 @@ logger = logging.getLogger(__name__)
 VIA_COMMAND = "slash_command"
 
 ADMIN_SUBCOMMANDS = frozenset({"cancel", "expire", "reassign", "retry", "stats"})
+
+_TASK_NAMES = {
+    TaskKind.DELIVER: "delivery",
+    TaskKind.RESUME: "resume",
+    TaskKind.NOTIFY: "message update",
+}
 """Subcommands only admins may run (``list`` is too, except ``list mine``)."""
 
 SLOW_SUBCOMMANDS = {"stats": ":hourglass_flowing_sand: Working out the stats; they follow shortly."}
@@ -308,10 +314,11 @@ def _change(deps: HandlerDeps, user: str, command: Command, handoff_id: str) -> 
             "there, and the old message points to it."
         )
     if command.name == "retry":
-        store.retry_task(handoff_id, TaskKind.RESUME, requested_by=user)
-        logger.info("resume retried by command", extra=context)
+        retried = store.retry_failed(handoff_id, requested_by=user)
+        logger.info("retried by command", extra=context)
+        what = " and ".join(_TASK_NAMES[kind] for kind in retried)
         return admin_views.render_notice(
-            f":repeat: The resume of `{handoff_id}` is queued for another round of attempts."
+            f":repeat: The {what} of `{handoff_id}` is queued for another round of attempts."
         )
     raise AssertionError(f"unhandled command {command.name}")  # parse_command prevents it
 

@@ -628,6 +628,31 @@ class HandoffStore:
             )
         return self.get(handoff_id)
 
+    def retry_failed(self, handoff_id: str, *, requested_by: str) -> list[TaskKind]:
+        """Queue another round of attempts for each of the handoff's tasks that failed
+        (its delivery, resume, message update); returns which. Raises ``NotRetryable``
+        when none failed."""
+        handoff = self.get(handoff_id)
+        progress = {
+            TaskKind.DELIVER: handoff.delivery,
+            TaskKind.RESUME: handoff.resume,
+            TaskKind.NOTIFY: handoff.notify,
+        }
+        failed = [kind for kind, task in progress.items() if task.state is TaskState.FAILED]
+        if not failed:
+            raise NotRetryable(
+                f"nothing of handoff {handoff_id} failed (delivery {handoff.delivery.state.value}, "
+                f"resume {handoff.resume.state.value}); only failed work can be retried"
+            )
+        retried = []
+        for kind in failed:
+            try:
+                self.retry_task(handoff_id, kind, requested_by=requested_by)
+                retried.append(kind)
+            except NotRetryable:
+                continue  # retried meanwhile by someone else
+        return retried
+
     def claim_due(self, *, limit: int, visibility_seconds: float) -> list[DueTask]:
         """Take due deliveries and resumes from the outbox, hiding them for a while."""
         result = self._scripts["CLAIM_DUE"](

@@ -360,4 +360,4 @@ def test_retry_reruns_a_resume_that_failed_after_its_retries(
     assert "queued for another round" in _text(reply)
     assert _resumed(slack, handoff_id)["status"] == "approved"
     assert ("resume_retry_requested", ADMIN) in _events(slack, handoff_id)
-    assert "only a failed one can be retried" in _text(slack.command(ADMIN, f"retry {handoff_id}"))
+    assert "only failed work can be retried" in _text(slack.command(ADMIN, f"retry {handoff_id}"))

@@ -895,6 +895,26 @@ def test_retry_task_requeues_a_failed_resume_for_another_round(
     assert (start.action, start.attempt) == ("run", fast_tasks.resume_max_attempts + 1)
 
 
+def test_retry_failed_requeues_whatever_failed_delivery_included(
+    redis: Redis, store: HandoffStore, fast_tasks: TaskPolicy
+) -> None:
+    handoff = store.create(make_request(), handoff_id=new_handoff_id(), tasks=fast_tasks).handoff
+    for attempt in range(1, fast_tasks.delivery_max_attempts + 1):
+        store.begin_task(handoff.id, TaskKind.DELIVER, run_token=f"job-{attempt}")
+        store.finish_task(handoff.id, TaskKind.DELIVER, attempt=attempt, error="slack down")
+    assert store.get(handoff.id).delivery.state is TaskState.FAILED
+
+    assert store.retry_failed(handoff.id, requested_by="U5") == [TaskKind.DELIVER]
+
+    assert store.get(handoff.id).delivery.state is TaskState.QUEUED
+    assert f"deliver:{handoff.id}" in outbox(redis, store)
+    assert store.failed_tasks() == []
+    before = snapshot(redis)
+    with pytest.raises(NotRetryable, match="nothing of handoff"):
+        store.retry_failed(handoff.id, requested_by="U5")
+    assert snapshot(redis) == before
+
+
 def test_only_a_failed_task_can_be_retried(redis: Redis, store: HandoffStore) -> None:
     pending = create(store)
     decided = decided_with_resume(store)
