@@ -367,7 +367,7 @@ def post_message(
         permalink=ws.permalink(channel, ts, thread_ts),
         app_id=app_id,
     )
-    ws.messages.append(message)
+    ws.add_message(message)
     return message
 
 

@@ -88,6 +88,7 @@ class Workspace:
         self.usergroups = {group: list(members) for group, members in usergroups.items()}
         self.channel_names: dict[str, str] = dict(channels)
         self.messages: list[Message] = []
+        self._message_at: dict[tuple[str, str], Message] = {}
         self.ephemerals: list[Ephemeral] = []
         self.views: dict[str, View] = {}
         self.stacks: dict[str, list[str]] = {}
@@ -205,13 +206,16 @@ class Workspace:
 
     # Messages
 
+    def add_message(self, message: Message) -> None:
+        """Record a posted message (kept in post order, and found by channel and ts)."""
+        with self.lock:
+            self.messages.append(message)
+            self._message_at[(message.channel, message.ts)] = message
+
     def find_message(self, channel: str, ts: str) -> Message | None:
         """The message at (channel, ts), deleted or not."""
         with self.lock:
-            for message in self.messages:
-                if message.channel == channel and message.ts == ts:
-                    return message
-            return None
+            return self._message_at.get((channel, ts))
 
     def permalink(self, channel: str, ts: str, thread_ts: str | None = None) -> str:
         """The message's permalink, in Slack's format."""

@@ -127,13 +127,13 @@ def test_ten_simultaneous_decisions_make_one_decision_one_resume_and_every_loser
     assert resumed == Counter(list(kinds)), "each handoff resumed exactly once"
 
     decided = {handoff_id: slack.handoffs.get(handoff_id) for handoff_id in kinds}
-    ephemerals = slack.standin.ephemerals()
+    replies = _Replies(slack.standin.ephemerals())
     by_surface = _group(storm)
-    winners = Counter()
+    winners: Counter[str] = Counter()
     for handoff_id, handoff in decided.items():
         message = messages[handoff_id]
         _assert_decided_once(slack, handoff, kinds[handoff_id])
-        winners[_assert_losers_told(handoff, message, by_surface[handoff_id], ephemerals)] += 1
+        winners[_assert_losers_told(handoff, by_surface[handoff_id], replies.to(message))] += 1
         _assert_message_shows_outcome(slack, handoff, message)
     _assert_resumed_with_decision(redis, decided)
     clock.lap("checked")
@@ -275,31 +275,20 @@ def _assert_decided_once(slack: SlackEnv, handoff: Handoff, kind: RequestType) -
 
 
 def _assert_losers_told(
-    handoff: Handoff,
-    message: Message,
-    sent: dict[str, list[Decision]],
-    ephemerals: list[Ephemeral],
+    handoff: Handoff, sent: dict[str, list[Decision]], told: dict[str, list[Ephemeral]]
 ) -> str:
-    """Each decision that lost got an answer naming the winner; returns the winning surface."""
+    """Each decision that lost got an answer naming the winner (``told``: the ephemeral
+    replies by surface); returns the winning surface."""
     assert handoff.resume_data is not None
     winner = handoff.resume_data.decided_by
     won_by_surface: dict[str, Counter[str]] = {}
-
-    clicks = sent.get("button", [])
-    told = [e for e in ephemerals if e.source == "response_url" and e.message_ts == message.ts]
-    won_by_surface["button"] = Counter(d.user for d in clicks) - Counter(e.user for e in told)
-    assert len(told) <= len(clicks)
-
-    replies = sent.get("thread", [])
-    told += (
-        answered := [
-            e for e in ephemerals if e.source == "chat.postEphemeral" and e.thread_ts == message.ts
-        ]
-    )
-    won_by_surface["thread"] = Counter(d.user for d in replies) - Counter(e.user for e in answered)
-    assert len(answered) <= len(replies)
-    for ephemeral in told:
-        assert f"by <@{winner}>" in ephemeral.text, (handoff.id, ephemeral.text)
+    for surface in ("button", "thread"):
+        senders = Counter(d.user for d in sent.get(surface, []))
+        answered = Counter(e.user for e in told[surface])
+        assert answered <= senders, (handoff.id, surface, answered, senders)
+        won_by_surface[surface] = senders - answered
+        for ephemeral in told[surface]:
+            assert f"by <@{winner}>" in ephemeral.text, (handoff.id, ephemeral.text)
 
     submitted = sent.get("modal", [])
     accepted = [d for d in submitted if _answer_of(d) == {}]
@@ -334,6 +323,23 @@ def _assert_resumed_with_decision(redis: Redis, decided: dict[str, Handoff]) -> 
 
 
 # -- helpers ---------------------------------------------------------------------------
+
+
+class _Replies:
+    """The ephemeral replies the bot made, found by the message they answer."""
+
+    def __init__(self, ephemerals: list[Ephemeral]) -> None:
+        self.clicks: dict[str, list[Ephemeral]] = defaultdict(list)
+        self.thread: dict[str, list[Ephemeral]] = defaultdict(list)
+        for ephemeral in ephemerals:
+            if ephemeral.source == "response_url" and ephemeral.message_ts:
+                self.clicks[ephemeral.message_ts].append(ephemeral)
+            elif ephemeral.source == "chat.postEphemeral" and ephemeral.thread_ts:
+                self.thread[ephemeral.thread_ts].append(ephemeral)
+
+    def to(self, message: Message) -> dict[str, list[Ephemeral]]:
+        """Replies to clicks on ``message`` ("button") and to replies in its thread."""
+        return {"button": self.clicks[message.ts], "thread": self.thread[message.ts]}
 
 
 def _answer_of(decision: Decision) -> dict[str, Any]:
