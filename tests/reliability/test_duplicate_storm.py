@@ -6,9 +6,12 @@ Promise under test: exactly one decision per handoff, exactly one resume to comp
 with that decision, and every loser is told who won (an ephemeral reply for clicks and
 thread replies, the modal's inline error for submissions). ``--soak`` runs 5,000 handoffs.
 
-A person has one modal open at a time (``views.open`` replaces it), so the handoffs go in
-waves of 100: 300 reviewers open the Reject or Answer modal of one handoff each, then the
-wave's 1,000 decisions (those 300 submissions among them) are sent at once.
+Each handoff gets eight Approve clicks (approvals) or thread replies (questions), some
+by the same person twice, and two modal submissions: Reject with a reason, or Answer. A
+person has one modal open at a time (``views.open`` replaces it), so the handoffs go in
+waves of 150, in the order they are posted: 300 reviewers open the modal of one handoff
+each, then the wave's 1,500 decisions (those 300 submissions among them) are sent at once,
+32 requests in flight, each handoff's ten spread over both serve processes.
 """
 
 from __future__ import annotations
@@ -36,11 +39,11 @@ from tests.slack_env import ADMIN, ALICE, BOB, SIGNING_SECRET, SlackEnv
 
 HANDOFFS = 1000
 SOAK_HANDOFFS = 5000
-CLICKS_OR_REPLIES = 7
+CLICKS_OR_REPLIES = 8
 """Per handoff: Approve clicks (approvals) or thread replies (questions)..."""
-MODALS = 3
+MODALS = 2
 """...and modal submissions (Reject with a reason, or Answer): ten decisions in all."""
-WAVE = 100
+WAVE = 150
 """Handoffs decided at once; each of their modals is open for a reviewer of its own."""
 TEAM = [StandInUser(f"U0R{number:03d}", f"reviewer{number:03d}") for number in range(MODALS * WAVE)]
 """The reviewers who submit modals (each with one open), in user group S0STORM."""
@@ -98,24 +101,21 @@ def test_ten_simultaneous_decisions_make_one_decision_one_resume_and_every_loser
     sender = SignedSender(SIGNING_SECRET)
 
     kinds = _create(slack, count)
-    wait_until(lambda: _tasks_in(redis, slack, kinds, "deliver_state") == count, timeout=count)
-    messages = {
-        handoff_id: slack.standin.message(refs["channel"], refs["ts"])
-        for handoff_id in kinds
-        if (refs := slack.handoffs.get(handoff_id).message_refs)
-    }
-    clock.lap(f"created and posted {count}")
+    clock.lap(f"created {count}")
 
+    # Waves in the order the handoffs were created, which is the order they are posted in:
+    # a wave starts once its handoffs are posted, while the worker posts the next ones.
     order = list(kinds)
-    rng.shuffle(order)
+    messages: dict[str, Message] = {}
     storm: list[Decision] = []
     for start in range(0, count, WAVE):
         wave = order[start : start + WAVE]
+        messages.update(_posted(slack, redis, wave))
         modals = _open_modals(slack, sender, wave, kinds, messages, rng)
         decisions = _storm(slack, wave, kinds, messages, modals, rng)
         _send_all(sender, decisions)
         storm.extend(decisions)
-    clock.lap(f"opened {len(order) * MODALS} modals and sent {len(storm)} decisions")
+    clock.lap(f"posted {count}, opened {count * MODALS} modals and sent {len(storm)} decisions")
 
     wait_until(lambda: redis.llen(resume_targets.COMPLETED) >= count, timeout=count)
     wait_until(lambda: _tasks_in(redis, slack, kinds, "notify_state") == count, timeout=count)
@@ -167,6 +167,16 @@ def _create(slack: SlackEnv, count: int) -> dict[str, RequestType]:
             )
         kinds[handoff.id] = handoff.request_type
     return kinds
+
+
+def _posted(slack: SlackEnv, redis: Redis, wave: list[str]) -> dict[str, Message]:
+    """The channel messages of the wave's handoffs, once the worker has posted them all."""
+    wait_until(lambda: _tasks_in(redis, slack, wave, "deliver_state") == len(wave), timeout=60)
+    posted = {}
+    for handoff_id in wave:
+        refs = slack.handoffs.get(handoff_id).message_refs
+        posted[handoff_id] = slack.standin.message(refs["channel"], refs["ts"])
+    return posted
 
 
 def _open_modals(
