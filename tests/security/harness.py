@@ -13,7 +13,7 @@ import io
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -36,7 +36,8 @@ ALLOWED_PREFIXES = (
     b"{ho}:bot:request:",  # replay guard: one marker per accepted signed request
     b"{ho}:event:",  # event dedupe markers
     b"{ho}:bot:admin:",  # cached users.info answers ("is this user an admin?")
-    b"{ho}:usergroup:",  # cached user-group members
+    b"{ho}:usergroup:",  # cached user-group members (the reviewer policy's)
+    b"{ho}:bot:usergroups",  # cached user groups of the workspace (the listings')
     b"{ho}:bot:home:",  # App Home bookkeeping (who opened it, what it shows)
     b"{ho}:bot:unassigned:read",  # how far a Home build read the audit stream
     b"{ho}:bot:unassigned:walk",  # how far a Home build walked the pending index
@@ -346,6 +347,3 @@ def wait_quiet(redis: Redis, slack: SlackEnv, *, timeout: float = 15) -> None:
 def no_traceback(text: str) -> bool:
     """True when an answer shows no Python traceback (nor a frame of one)."""
     return "Traceback (most recent call last)" not in text and '.py", line ' not in text
-
-
-Caller = Callable[..., Answer]

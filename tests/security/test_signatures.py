@@ -148,29 +148,26 @@ def test_slack_retries_of_a_thread_reply_are_accepted_and_answer_once(
     assert first.status == 200
     assert slack.handoffs.get(question.id).status is Status.ANSWERED
 
+    def same_signature(retry_num: str) -> Response:
+        """The first delivery's exact body and signature, sent again as Slack's retry."""
+        return slack.standin.send_signed(
+            first.request_body,
+            content_type=JSON,
+            timestamp=int(first.request_headers[TS]),
+            signature=first.request_headers[SIG],
+            headers={"X-Slack-Retry-Num": retry_num, "X-Slack-Retry-Reason": "http_error"},
+        )
+
     # Slack's retry: the same body, re-signed now, with X-Slack-Retry-Num.
     retried = slack.standin.resend_event(first, retry_num=1)
     # A retry sent within the same second carries the very same signature: still a retry.
-    same_second = slack.standin.send_signed(
-        first.request_body,
-        content_type=JSON,
-        timestamp=int(first.request_headers[TS]),
-        signature=first.request_headers[SIG],
-        headers={"X-Slack-Retry-Num": "2", "X-Slack-Retry-Reason": "http_error"},
-    )
+    same_second = same_signature("2")
 
     assert (retried.status, same_second.status) == (200, 200)
     events = [e.event for e in slack.handoffs.audit(question.id)]
     assert events.count("decided") == 1
     # ...but the exact same retry request twice is a replay.
-    again = slack.standin.send_signed(
-        first.request_body,
-        content_type=JSON,
-        timestamp=int(first.request_headers[TS]),
-        signature=first.request_headers[SIG],
-        headers={"X-Slack-Retry-Num": "2", "X-Slack-Retry-Reason": "http_error"},
-    )
-    assert again.status == 401
+    assert same_signature("2").status == 401
 
 
 # -- the whole matrix, in process -------------------------------------------------------------
