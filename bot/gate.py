@@ -3,7 +3,9 @@
 In order: a size limit (413), Slack's signature and timestamp on the raw bytes (401), the
 body's encoding and shape (400, see ``bot.request_shape``), then the replay guard (401, see
 ``bot.replay``). A refused request changes nothing and gets a short JSON error, never a
-traceback. What passes goes to Bolt already parsed and verified (see ``bot.server``).
+traceback. What passes goes to Bolt already parsed and verified (see ``bot.server``). The
+one exception is Slack's ``ssl_check`` ping, admitted unsigned as Bolt would: Bolt answers
+it 200 and runs nothing else.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import parse_qs
 
 from bot import signing
 from bot.replay import ReplayGuard
@@ -32,6 +35,9 @@ class Rejection:
 
 
 UNSIGNED = Rejection("401 Unauthorized", "invalid request")
+
+SSL_CHECK_MAX_BYTES = 256
+"""An ``ssl_check`` ping is a few dozen bytes."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +72,10 @@ class RequestGate:
         raw = self._read_body(environ)
         if isinstance(raw, Rejection):
             return raw
+        if _is_ssl_check(raw):
+            # Slack's certificate ping for slash commands, which Bolt answers 200 before any
+            # signature check (it may come unsigned); nothing else runs for it.
+            return Admitted(raw, {"ssl_check": "1"})
         timestamp = environ.get("HTTP_X_SLACK_REQUEST_TIMESTAMP")
         signature = environ.get("HTTP_X_SLACK_SIGNATURE")
         if not signing.verify(self.signing_secret, raw, timestamp=timestamp, signature=signature):
@@ -108,6 +118,14 @@ class RequestGate:
             extra={"remote_addr": environ.get("REMOTE_ADDR")},
         )
         return rejection
+
+
+def _is_ssl_check(raw: bytes) -> bool:
+    """Is this only ``ssl_check=1`` (and the deprecated verification token)?"""
+    if len(raw) > SSL_CHECK_MAX_BYTES or not raw.isascii():
+        return False
+    fields = parse_qs(raw.decode("ascii"), keep_blank_values=True)
+    return fields.get("ssl_check") == ["1"] and set(fields) <= {"ssl_check", "token"}
 
 
 def _content_type(environ: dict[str, Any]) -> str | None:

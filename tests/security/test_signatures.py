@@ -21,6 +21,7 @@ from store.models import Status
 from tests.security.harness import (
     FORM,
     JSON,
+    Answer,
     InProcessBot,
     assert_identical,
     capturing,
@@ -275,3 +276,17 @@ def test_a_request_signed_just_inside_the_window_is_accepted(bot: InProcessBot) 
     for age in (MAX_AGE_SECONDS - 5, -(MAX_AGE_SECONDS - 5)):
         headers = signed_headers(body, timestamp=int(time.time()) - age)
         assert bot.post(body, headers=headers, sign=False).status == 200
+
+
+def test_an_unsigned_ssl_check_ping_gets_200_and_nothing_more(
+    slack: SlackEnv, bot: InProcessBot, store_redis: Redis
+) -> None:
+    """Slack's certificate ping for slash commands is answered as Bolt answers it, signed or
+    not; anything more in the body makes it an ordinary request, which must be signed."""
+    wait_quiet(store_redis, slack)
+    before, calls = snapshot(store_redis), len(slack.standin.calls())
+    assert bot.post(b"ssl_check=1&token=abc", sign=False) == Answer(200, b"")
+    sneaked = b"ssl_check=1&command=%2Fhandoff&user_id=U0ADMIN&text=stats"
+    assert bot.post(sneaked, sign=False).status == 401
+    assert_identical(before, snapshot(store_redis))
+    assert len(slack.standin.calls()) == calls
