@@ -11,9 +11,10 @@ from slack_sdk import WebClient
 
 from bot.admin import AdminPolicy
 from bot.config import Settings
+from bot.identity import BotIdentity
 from bot.keys import BotKeys
 from bot.reviewers import ReviewerPolicy
-from bot.slack_client import make_web_client
+from bot.slack_client import make_web_client, tokenless
 from handlers import HandlerDeps, register
 from handlers.modal_metadata import metadata_key
 from store.repository import HandoffStore
@@ -45,10 +46,11 @@ def create_app(settings: Settings, *, redis: Redis, client: WebClient | None = N
         )
     client = client or make_web_client(settings)
     app = App(
-        token=settings.slack_bot_token,
         signing_secret=settings.slack_signing_secret or "socket-mode",
-        client=client,
-        token_verification_enabled=False,
+        # Without a token of its own, Bolt takes it from ``authorize`` on each request: a
+        # slow auth.test then never fails a person's click (see bot.identity).
+        client=tokenless(client),
+        authorize=BotIdentity(settings.slack_bot_token),
         process_before_response=True,
         logger=logging.getLogger("bot.bolt"),
     )

@@ -50,3 +50,16 @@ def posting_client(client: WebClient) -> WebClient:
         headers=client.headers,
         retry_handlers=[RateLimitErrorRetryHandler(max_retry_count=3)],
     )
+
+
+def tokenless(client: WebClient) -> WebClient:
+    """A twin of ``client`` without its token, for a Bolt app whose ``authorize`` hands
+    each request the token (Bolt copies the app's client for every request)."""
+    return WebClient(
+        base_url=client.base_url,
+        timeout=client.timeout,
+        ssl=client.ssl,
+        proxy=client.proxy,
+        headers=client.headers,
+        retry_handlers=list(client.retry_handlers),
+    )

@@ -18,6 +18,7 @@ import random
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -30,7 +31,7 @@ from store.models import Status, TaskState
 from store.repository import TaskPolicy
 from tests import resume_targets
 from tests.conftest import wait_until
-from tests.slack_env import ALICE, BOB, CHANNEL, SlackEnv
+from tests.slack_env import ALICE, BOB, CAROL, CHANNEL, SlackEnv
 from worker.client import Handoffs
 
 HANDOFFS = 100
@@ -39,7 +40,7 @@ FAULT_RATE = 0.3
 CLIENT_TIMEOUT_SECONDS = 1
 LATE_ANSWER_SECONDS = 1.5
 """A 'timeout' answer comes this late: after the bot gave up, and the call is carried out."""
-WORKERS = 4
+WORKERS = 6
 REJECT_EVERY = 5
 """One handoff in five is rejected through the modal (views.open is faulted too)."""
 POLICY = TaskPolicy(
@@ -87,12 +88,14 @@ def _live_posts(slack: SlackEnv) -> dict[str, list[str]]:
     return live
 
 
-def _decide(slack: SlackEnv, handoff_id: str, reject: bool, statuses: Counter[int]) -> None:
+def _decide(
+    slack: SlackEnv, handoff_id: str, reject: bool, statuses: Counter[int], approver: str = ALICE
+) -> None:
     """Decide as a person would: click, and click again if Slack showed an error."""
     message = slack.posted(handoff_id)
     for _ in range(10):
         if not reject:
-            response = slack.standin.click(ALICE, message, views.APPROVE)
+            response = slack.standin.click(approver, message, views.APPROVE)
             statuses[response.status] += 1
             if slack.handoffs.get(handoff_id).status is not Status.PENDING:
                 return
@@ -147,9 +150,25 @@ def test_a_flaky_slack_never_leaves_duplicate_live_posts_and_every_run_resumes_o
     delivered_at = time.monotonic()
 
     # Decisions by people, then message updates and resumes by the workers.
+    # Two people approve side by side; one rejects through modals (one modal at a time).
     statuses: Counter[int] = Counter()
-    for n, handoff_id in enumerate(ids):
-        _decide(slack, handoff_id, n % REJECT_EVERY == 0, statuses)
+    rejected = ids[::REJECT_EVERY]
+    approved = [i for i in ids if i not in rejected]
+    with ThreadPoolExecutor(3) as people:
+        decisions = [
+            people.submit(lambda: [_decide(slack, i, True, statuses) for i in rejected]),
+            *(
+                people.submit(
+                    lambda share=share, who=who: [
+                        _decide(slack, i, False, statuses, who) for i in share
+                    ]
+                )
+                for share, who in ((approved[::2], ALICE), (approved[1::2], CAROL))
+            ),
+        ]
+        for decision in decisions:
+            decision.result()
+    decided_at = time.monotonic()
     wait_until(
         lambda: all(
             (h := agent.get(i)).resume.state is TaskState.COMPLETED
@@ -200,7 +219,8 @@ def test_a_flaky_slack_never_leaves_duplicate_live_posts_and_every_run_resumes_o
     assert posts["timeout"] + posts["answer_lost"] > 0
     calls = Counter(call.method for call in slack.standin.calls())
     print(
-        f"{count} handoffs in {elapsed:.1f} s (delivered after {delivered_at - started:.1f} s); "
+        f"{count} handoffs in {elapsed:.1f} s (delivered after {delivered_at - started:.1f} s, "
+        f"decided after {decided_at - started:.1f} s); "
         f"{sum(calls.values())} Web API calls {dict(calls)}; faults injected {counts} "
         f"(on chat.postMessage {dict(posts)}); extra copies neutralised {duplicates}; "
         f"answers to people by HTTP status {dict(statuses)}"
