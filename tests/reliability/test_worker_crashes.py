@@ -5,7 +5,8 @@ Slack, resumed and their messages updated; a replacement starts after each death
 Promise under test: nothing is lost and nothing completes twice. Every handoff is posted
 and its message shows the decision, and every run is resumed to completion exactly once
 (attempts may repeat: a killed attempt is retried once its lease lapses). ``--soak`` kills
-200 times. The seed is printed; set RELIABILITY_SEED to replay a run's kill schedule.
+200 times (RELIABILITY_KILLS sets another number). The seed is printed; set
+RELIABILITY_SEED to replay a run's kill schedule.
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ def slack(redis: Redis, redis_url: str, tmp_path: Path) -> Iterator[SlackEnv]:
 def test_workers_killed_at_random_moments_lose_nothing_and_resume_each_run_once(
     slack: SlackEnv, redis: Redis, soak: bool
 ) -> None:
-    kills = SOAK_KILLS if soak else KILLS
+    kills = int(os.environ.get("RELIABILITY_KILLS") or (SOAK_KILLS if soak else KILLS))
     seed = int(os.environ.get("RELIABILITY_SEED") or random.randrange(2**32))
     print(f"worker crashes: {kills} kills, seed {seed}")
     rng = random.Random(seed)
