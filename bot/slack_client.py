@@ -1,5 +1,6 @@
 """The Slack Web API clients: one with retries for rate limits, server errors and resets
-(for calls that are safe to repeat), and a posting twin that retries only rate limits."""
+(for calls that are safe to repeat), and twins of it: one for posts, which retries only rate
+limits, and one without a token, for Bolt."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from slack_sdk.http_retry.builtin_handlers import (
     RateLimitErrorRetryHandler,
     ServerErrorRetryHandler,
 )
+from slack_sdk.http_retry.handler import RetryHandler
 
 from bot.config import Settings
 
@@ -41,25 +43,22 @@ def posting_client(client: WebClient) -> WebClient:
     with live buttons, so the caller looks for the first one before posting again (see
     ``bot.posting``).
     """
-    return WebClient(
-        token=client.token,
-        base_url=client.base_url,
-        timeout=client.timeout,
-        ssl=client.ssl,
-        proxy=client.proxy,
-        headers=client.headers,
-        retry_handlers=[RateLimitErrorRetryHandler(max_retry_count=3)],
-    )
+    return _twin(client, token=client.token, retry_handlers=[RateLimitErrorRetryHandler(3)])
 
 
 def tokenless(client: WebClient) -> WebClient:
     """A twin of ``client`` without its token, for a Bolt app whose ``authorize`` hands
     each request the token (Bolt copies the app's client for every request)."""
+    return _twin(client, token=None, retry_handlers=list(client.retry_handlers))
+
+
+def _twin(client: WebClient, *, token: str | None, retry_handlers: list[RetryHandler]) -> WebClient:
     return WebClient(
+        token=token,
         base_url=client.base_url,
         timeout=client.timeout,
         ssl=client.ssl,
         proxy=client.proxy,
         headers=client.headers,
-        retry_handlers=list(client.retry_handlers),
+        retry_handlers=retry_handlers,
     )
