@@ -18,7 +18,6 @@ each, then the wave's 1,500 decisions (those 300 submissions among them) are sen
 from __future__ import annotations
 
 import json
-import os
 import random
 import time
 from collections import Counter, defaultdict
@@ -36,6 +35,7 @@ from bot.standin import Ephemeral, Message, StandInUser, View, interaction_body
 from store.models import Handoff, RequestType, Status
 from tests import resume_targets
 from tests.conftest import wait_until
+from tests.reliability.runs import run_size, seeded
 from tests.reliability.signed_http import FORM, JSON, Answer, SignedSender
 from tests.slack_env import ADMIN, ALICE, BOB, SIGNING_SECRET, SlackEnv
 
@@ -96,12 +96,10 @@ def slack(redis: Redis, redis_url: str, tmp_path: Path) -> Iterator[SlackEnv]:
 def test_ten_simultaneous_decisions_make_one_decision_one_resume_and_every_loser_told(
     slack: SlackEnv, redis: Redis, soak: bool
 ) -> None:
-    count = int(
-        os.environ.get("RELIABILITY_STORM_HANDOFFS") or (SOAK_HANDOFFS if soak else HANDOFFS)
+    count = run_size(
+        "RELIABILITY_STORM_HANDOFFS", default=HANDOFFS, soak_size=SOAK_HANDOFFS, soak=soak
     )
-    seed = int(os.environ.get("RELIABILITY_SEED") or random.randrange(2**32))
-    print(f"duplicate storm: {count} handoffs, seed {seed}")
-    rng = random.Random(seed)
+    rng = seeded(f"duplicate storm: {count} handoffs")
     clock = _Clock()
     sender = SignedSender(SIGNING_SECRET)
 

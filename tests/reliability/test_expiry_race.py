@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import heapq
 import json
-import os
 import random
 import threading
 import time
@@ -38,6 +37,7 @@ from store.exceptions import AlreadyDecided
 from store.models import Handoff, Status
 from tests import resume_targets
 from tests.conftest import wait_until
+from tests.reliability.runs import run_size, seeded
 from tests.reliability.signed_http import FORM, Answer, SignedSender
 from tests.slack_env import ALICE, BOB, SIGNING_SECRET, SlackEnv
 
@@ -83,10 +83,8 @@ def slack(redis: Redis, redis_url: str, tmp_path: Path) -> Iterator[SlackEnv]:
 def test_a_decision_racing_its_expiry_either_decides_or_expires_never_both(
     slack: SlackEnv, redis: Redis, soak: bool
 ) -> None:
-    count = int(os.environ.get("RELIABILITY_RACES") or (SOAK_RACES if soak else RACES))
-    seed = int(os.environ.get("RELIABILITY_SEED") or random.randrange(2**32))
-    print(f"expiry race: {count} handoffs, seed {seed}")
-    rng = random.Random(seed)
+    count = run_size("RELIABILITY_RACES", default=RACES, soak_size=SOAK_RACES, soak=soak)
+    rng = seeded(f"expiry race: {count} handoffs")
     started = time.monotonic()
     sweeps = _Sweepers(slack)
     sender = SignedSender(SIGNING_SECRET)

@@ -31,6 +31,7 @@ from store.repository import TaskPolicy
 from tests import resume_targets
 from tests.conftest import wait_until
 from tests.reliability.machines import dispatcher_connected, kill_machine
+from tests.reliability.runs import run_size, seeded
 from tests.slack_env import ALICE, CHANNEL, SlackEnv
 from worker.client import Handoffs
 
@@ -87,10 +88,8 @@ def slack(redis: Redis, redis_url: str, tmp_path: Path) -> Iterator[SlackEnv]:
 def test_workers_killed_at_random_moments_lose_nothing_and_resume_each_run_once(
     slack: SlackEnv, redis: Redis, soak: bool
 ) -> None:
-    kills = int(os.environ.get("RELIABILITY_KILLS") or (SOAK_KILLS if soak else KILLS))
-    seed = int(os.environ.get("RELIABILITY_SEED") or random.randrange(2**32))
-    print(f"worker crashes: {kills} kills, seed {seed}")
-    rng = random.Random(seed)
+    kills = run_size("RELIABILITY_KILLS", default=KILLS, soak_size=SOAK_KILLS, soak=soak)
+    rng = seeded(f"worker crashes: {kills} kills")
     handoffs = Handoffs(redis, tasks=POLICY)
     agent = _Agent(handoffs)
     started = time.monotonic()
@@ -122,7 +121,8 @@ def test_workers_killed_at_random_moments_lose_nothing_and_resume_each_run_once(
         assert handoff.message_refs.get("ts"), f"{handoff_id} never posted"
         events = [event.event for event in handoffs.audit(handoff_id)]
         assert events.count("decided") == 1 and events.count("resumed") == 1, events
-        [shown] = posts[handoff_id]  # posted once, although posts were cut short
+        assert len(posts[handoff_id]) == 1, f"{handoff_id} posted {len(posts[handoff_id])} times"
+        [shown] = posts[handoff_id]  # posted once, although deaths cut posts short
         assert shown.ts == handoff.message_refs["ts"]
         assert not _buttons(shown.blocks), f"{handoff_id}: its message still has buttons"
     for entry in _entries(redis, "completed"):
