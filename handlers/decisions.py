@@ -23,7 +23,7 @@ from store.exceptions import (
     HandoffNotFound,
     InvalidDecision,
 )
-from store.models import Handoff
+from store.models import Handoff, TaskState
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +35,10 @@ NOT_FOUND = "This request no longer exists (it may have been removed after its r
 NOT_SHOWN_HERE = (
     "This button is not on a message of that request, so nothing was done. "
     "Use the buttons on the request's own message (or on your App Home)."
+)
+STILL_POSTING = (
+    "This request is still being posted, so nothing was done yet. "
+    "Please try again in a few seconds."
 )
 
 STORE_DOWN = (RedisConnectionError, RedisTimeoutError)
@@ -70,6 +74,9 @@ def load_for(
             return Refusal(already_decided_text(handoff))
         if origin is not None:
             if not shows_handoff(deps, handoff, origin, user_id):
+                if being_posted(handoff, origin):
+                    deny(deps, handoff_id, user_id, via=via, reason="not_posted_yet")
+                    return Refusal(STILL_POSTING)
                 deny(deps, handoff_id, user_id, via=via, reason="not_shown_here")
                 return Refusal(NOT_SHOWN_HERE)
             channel = origin.decision_channel
@@ -83,6 +90,15 @@ def load_for(
     except STORE_DOWN:
         logger.exception("store unavailable")
         return Refusal(UNAVAILABLE)
+
+
+def being_posted(handoff: Handoff, origin: Origin) -> bool:
+    """Is a click on a message not (yet) recorded as the handoff's perhaps a click on the
+    message its delivery is posting? Slack shows a message before the worker can record it
+    (a slow or lost answer from Slack, Redis slow to take the record): such a click is
+    refused with "try again in a few seconds" rather than "not on this request's message"."""
+    in_progress = (TaskState.QUEUED, TaskState.RUNNING, TaskState.RETRYING)
+    return origin.surface == "message" and handoff.delivery.state in in_progress
 
 
 def may_view(

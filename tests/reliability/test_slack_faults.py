@@ -27,6 +27,7 @@ from redis import Redis
 from bot import views
 from bot.notifier import DUPLICATE_EVENT_TYPE, METADATA_EVENT_TYPE, RECORD_EVENT_TYPE
 from bot.standin import Message
+from handlers.decisions import STILL_POSTING
 from store.models import Status, TaskState
 from store.repository import TaskPolicy
 from tests import resume_targets
@@ -57,13 +58,23 @@ POLICY = TaskPolicy(
 
 @pytest.fixture
 def slack(redis: Redis, redis_url: str, tmp_path: Path) -> Iterator[SlackEnv]:
+    yield from _running(redis, redis_url, tmp_path, workers=WORKERS)
+
+
+@pytest.fixture
+def one_worker(redis: Redis, redis_url: str, tmp_path: Path) -> Iterator[SlackEnv]:
+    """The same setup with one worker, for single-handoff scenarios."""
+    yield from _running(redis, redis_url, tmp_path, workers=1)
+
+
+def _running(redis: Redis, redis_url: str, log_dir: Path, *, workers: int) -> Iterator[SlackEnv]:
     env = SlackEnv(
         redis,
         redis_url,
-        tmp_path,
+        log_dir,
         extra_env={"HANDOFF_SLACK_TIMEOUT_SECONDS": str(CLIENT_TIMEOUT_SECONDS)},
     )
-    env.start(workers=WORKERS)
+    env.start(workers=workers)
     try:
         yield env
     finally:
@@ -228,8 +239,9 @@ def test_a_flaky_slack_never_leaves_duplicate_live_posts_and_every_run_resumes_o
 
 
 def test_a_modal_whose_views_open_answer_is_lost_still_gets_a_200_and_can_be_submitted(
-    slack: SlackEnv,
+    one_worker: SlackEnv,
 ) -> None:
+    slack = one_worker
     handoff_id = (
         Handoffs(slack.redis, tasks=POLICY)
         .request_approval(
@@ -252,3 +264,27 @@ def test_a_modal_whose_views_open_answer_is_lost_still_gets_a_200_and_can_be_sub
     submitted = slack.standin.submit_view(BOB, modal, {views.REASON_BLOCK: {views.VALUE: "late"}})
     assert submitted.status == 200
     assert slack.handoffs.get(handoff_id).status is Status.REJECTED
+
+
+def test_a_click_on_a_post_still_being_reconciled_is_told_to_try_again_then_counts(
+    one_worker: SlackEnv,
+) -> None:
+    slack = one_worker
+    # The post lands after the bot gave up on it; the bot then looks for it (slowly).
+    slack.standin.fail_next("chat.postMessage", status=200, delay=CLIENT_TIMEOUT_SECONDS + 0.1)
+    slack.standin.fail_next("conversations.history", status=200, delay=0.8)
+    handoff_id = (
+        Handoffs(slack.redis, tasks=POLICY)
+        .request_approval(run_id="run-slow-post", thread_id="t", action="issue_refund")
+        .id
+    )
+    [message] = slack.standin.wait_for(lambda: slack.standin.messages(CHANNEL), timeout=10)
+
+    early = slack.standin.click(ALICE, message, views.APPROVE)
+
+    assert early.status == 200
+    assert [e.text for e in slack.standin.ephemerals(ALICE)] == [STILL_POSTING]
+    assert slack.handoffs.get(handoff_id).status is Status.PENDING
+    assert slack.posted(handoff_id).ts == message.ts  # adopted, not posted again
+    slack.standin.click(ALICE, message, views.APPROVE)
+    assert slack.handoffs.get(handoff_id).status is Status.APPROVED
