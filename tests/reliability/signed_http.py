@@ -20,6 +20,9 @@ from bot.standin.server import USER_AGENT
 
 FORM = "application/x-www-form-urlencoded"
 JSON = "application/json"
+FRESH_SECONDS = 1.0
+"""A connection idle longer than this is opened again before use: the server closes idle
+keep-alive connections (gunicorn after 5 s), and a POST sent as it does so may be lost."""
 
 
 @dataclass(frozen=True)
@@ -47,8 +50,9 @@ class SignedSender:
         self._lock = threading.Lock()
 
     def post(self, url: str, body: bytes, content_type: str) -> Answer:
-        """Sign ``body`` now and POST it to ``url``; a dropped connection fails loudly rather
-        than being retried (a retried interaction could act twice and skew the counts)."""
+        """Sign ``body`` now and POST it to ``url``. A connection the server had closed is
+        opened again (it read nothing of the request); one dropped once the request is sent
+        fails loudly rather than being retried (the bot may have acted on it)."""
         parts = urlsplit(url)
         timestamp = str(int(time.time()))
         headers = {
@@ -58,9 +62,15 @@ class SignedSender:
             "X-Slack-Signature": self._verifier.generate_signature(timestamp=timestamp, body=body),
         }
         connection = self._connection(parts.netloc)
-        connection.request("POST", parts.path, body=body, headers=headers)
+        try:
+            connection.request("POST", parts.path, body=body, headers=headers)
+        except (BrokenPipeError, ConnectionResetError):
+            connection = self._connection(parts.netloc, reopen=True)
+            connection.request("POST", parts.path, body=body, headers=headers)
         response = connection.getresponse()
-        return Answer(response.status, response.read())
+        answer = Answer(response.status, response.read())
+        self._local.used[parts.netloc] = time.monotonic()
+        return answer
 
     def close(self) -> None:
         """Close every connection opened so far."""
@@ -70,13 +80,19 @@ class SignedSender:
             self._all.clear()
         self._local = threading.local()
 
-    def _connection(self, netloc: str) -> http.client.HTTPConnection:
+    def _connection(self, netloc: str, *, reopen: bool = False) -> http.client.HTTPConnection:
+        """This thread's connection to ``netloc``, opened again if it has been idle long."""
         connections: dict[str, http.client.HTTPConnection] = self._local.__dict__.setdefault(
             "by_server", {}
         )
+        used: dict[str, float] = self._local.__dict__.setdefault("used", {})
+        idle = time.monotonic() - used.get(netloc, 0.0)
+        if netloc in connections and (reopen or idle > FRESH_SECONDS):
+            connections.pop(netloc).close()
         if netloc not in connections:
             connection = http.client.HTTPConnection(netloc, timeout=self._timeout)
             connections[netloc] = connection
+            used[netloc] = time.monotonic()
             with self._lock:
                 self._all.append(connection)
         return connections[netloc]
