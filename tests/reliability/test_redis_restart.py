@@ -43,9 +43,10 @@ from worker.client import Handoffs
 
 RESTARTS = 1
 SOAK_RESTARTS = 5
-OUTAGE_SECONDS = 5.0
-"""How long Redis stays down: longer than redis-py's default retry budget (about 4 s)."""
-TRAFFIC_SECONDS = 3.0
+OUTAGE_SECONDS = 4.0
+"""How long Redis stays down: time for the probes, and longer than a worker's wait in the
+second test (HANDOFF_REDIS_WAIT_SECONDS=1)."""
+TRAFFIC_SECONDS = 2.5
 """Traffic before the first kill, between restarts, and after the last one."""
 NEW_HANDOFF_EVERY = 0.15
 READING_SECONDS = 1.0
@@ -347,7 +348,9 @@ def test_a_worker_whose_redis_wait_runs_out_mid_job_carries_on_once_redis_is_bac
     workers = WorkerProcesses(server.url, tmp_path)
     worker = workers.start(extra_env={"HANDOFF_REDIS_WAIT_SECONDS": "1"})
     redis = Redis.from_url(server.url)
-    agent = Handoffs(redis, tasks=dataclasses.replace(POLICY, resume_timeout_seconds=3))
+    agent = Handoffs(
+        redis, tasks=dataclasses.replace(POLICY, resume_timeout_seconds=3, lease_grace_seconds=0.3)
+    )
     try:
         handoff = agent.request_approval(
             run_id="run-1",
