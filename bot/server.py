@@ -25,6 +25,9 @@ logger = logging.getLogger(__name__)
 EVENTS_PATH = "/slack/events"
 HEALTH_PATH = "/healthz"
 
+SERVE_REDIS_CONNECT_TIMEOUT_SECONDS = 2.0
+SERVE_REDIS_TIMEOUT_SECONDS = 5.0
+
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 
@@ -110,7 +113,15 @@ def build_wsgi_app(settings: Settings) -> WSGIApp:
         raise ValueError("REDIS_URL is not set")
     if not settings.slack_signing_secret:
         raise ConfigurationError("SLACK_SIGNING_SECRET is not set; HTTP mode needs it")
-    redis = Redis.from_url(settings.redis_url, health_check_interval=30)
+    # Timeouts so that a Redis that stops answering (rather than refusing) frees the
+    # request threads instead of holding them: well past any normal command, and Slack
+    # gives up on an answer after 3 s anyway.
+    redis = Redis.from_url(
+        settings.redis_url,
+        health_check_interval=30,
+        socket_connect_timeout=SERVE_REDIS_CONNECT_TIMEOUT_SECONDS,
+        socket_timeout=SERVE_REDIS_TIMEOUT_SECONDS,
+    )
     replay = ReplayGuard(redis, BotKeys(KeySpace(settings.namespace)))
     return make_wsgi_app(
         create_app(settings, redis=redis),
