@@ -136,6 +136,10 @@ def main(argv: list[str] | None = None) -> int:
                 return run_benchmark(name, server, quick=args.quick, details=args.details)
 
             if args.parallel:
+                # Imported one after the other first: threads importing the same packages
+                # (rq) at once can deadlock on Python's import locks.
+                for name in names:
+                    importlib.import_module(f"bench.{name}")
                 with ThreadPoolExecutor(len(names)) as pool:
                     sections = list(pool.map(run_one, names))
             else:
