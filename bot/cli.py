@@ -15,6 +15,7 @@ from store.exceptions import HandoffError
 from store.models import Handoff, Status
 from store.repository import HandoffStore
 from worker.notifier import LoggingNotifier, Notifier
+from worker.runner import LOG_FORMAT
 
 
 def _settings() -> Settings:
@@ -50,7 +51,7 @@ def main(verbose: bool) -> None:
     """slack-handoff: AI agents hand work to people in Slack and get it back."""
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        format=LOG_FORMAT,
     )
     _redact_secrets()
 

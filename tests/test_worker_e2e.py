@@ -211,3 +211,13 @@ def test_wait_returns_within_100_ms_of_a_decision(handoffs: Handoffs) -> None:
     thread.join(timeout=5)
     assert returned_at, "wait() did not return"
     assert returned_at[0] - decided_at < 0.1
+
+
+def test_the_spawned_dispatcher_logs_like_its_worker(workers: WorkerProcesses) -> None:
+    worker = workers.start()
+
+    wait_until(lambda: "dispatcher started" in workers.logs())
+
+    line = next(x for x in workers.logs().splitlines() if "dispatcher started" in x)
+    assert " INFO worker.runner: dispatcher started (pid " in line
+    assert f"(pid {worker.pid})" not in line  # logged by the dispatcher's own process

@@ -27,6 +27,9 @@ from worker.notifier import Notifier
 
 logger = logging.getLogger(__name__)
 
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+"""How `handoff` commands and the dispatcher they spawn format log lines."""
+
 REDIS_RETRY_BASE_SECONDS = 0.05
 REDIS_RETRY_CAP_SECONDS = 1.0
 """Retries after a lost connection come quickly at first, then about once a second."""
@@ -67,8 +70,15 @@ def run_dispatcher(
     dispatch_timeout: float = defaults.DISPATCH_TIMEOUT_SECONDS,
     parent_pid: int | None = None,
     redis_wait_seconds: float = 60.0,
+    log_level: int | None = None,
 ) -> None:
-    """Run a dispatcher until interrupted (or until ``parent_pid`` is gone)."""
+    """Run a dispatcher until interrupted (or until ``parent_pid`` is gone).
+
+    A spawned process starts with no logging configured; ``log_level`` (the parent's)
+    sets it up, so the dispatcher's warnings and failed passes are not lost.
+    """
+    if log_level is not None:
+        logging.basicConfig(level=log_level, format=LOG_FORMAT)
     redis = background_redis(redis_url, wait_seconds=redis_wait_seconds)
     dispatcher = Dispatcher(
         HandoffStore(redis, store_config),
@@ -79,6 +89,7 @@ def run_dispatcher(
     stop = threading.Event()
     if parent_pid is not None:
         threading.Thread(target=_stop_when_orphaned, args=(parent_pid, stop), daemon=True).start()
+    logger.info("dispatcher started (pid %d) on queue %s", os.getpid(), queue_name)
     with contextlib.suppress(KeyboardInterrupt):
         dispatcher.run(stop)
 
@@ -125,6 +136,7 @@ def run_worker(
                 "interval": dispatch_interval,
                 "dispatch_timeout": dispatch_timeout,
                 "parent_pid": os.getpid(),
+                "log_level": logging.getLogger().getEffectiveLevel(),
                 "redis_wait_seconds": redis_wait_seconds,
             },
             name="handoff-dispatcher",
