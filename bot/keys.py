@@ -78,6 +78,11 @@ class BotKeys:
         """The handoffs the user's published Home shows."""
         return f"{self.prefix}home:shown:{user_id}"
 
+    def ephemeral_shown(self, user_id: str) -> str:
+        """The handoffs shown with their buttons in ephemeral replies to the user (the
+        details of ``/handoff show``), for a day."""
+        return f"{self.prefix}ephemeral:shown:{user_id}"
+
     def home_queue_end(self, user_id: str) -> str:
         """The last handoff of the user's Home queue, when the queue is full."""
         return f"{self.prefix}home:end:{user_id}"

@@ -29,6 +29,7 @@ from bot.stats import compute_stats
 from bot.views import RenderedMessage, already_decided_text
 from handlers.decisions import NOT_FOUND, STORE_DOWN, UNAVAILABLE, may_see
 from handlers.deps import HandlerDeps, deps_of
+from handlers.origin import remember_ephemeral
 from store.exceptions import AlreadyDecided, HandoffNotFound, InvalidDecision, NotRetryable
 from store.ids import is_handoff_id
 from store.models import RequestType, TaskKind
@@ -345,6 +346,8 @@ def _show(deps: HandlerDeps, user: str, handoff_id: str) -> RenderedMessage:
             f"You can see only the handoffs you may decide or asked for; `{handoff_id}` "
             "is not one of them."
         )
+    if handoff.is_pending:  # the reply carries the decision buttons
+        remember_ephemeral(deps, user, handoff.id)
     return admin_views.render_detail(handoff, deps.store.audit_trail(handoff_id))
 
 

@@ -55,8 +55,9 @@ def shows_handoff(deps: HandlerDeps, handoff: Handoff, origin: Origin, user_id: 
     """Did slack-handoff show ``handoff`` (with its buttons) where ``origin`` says?
 
     Costs nothing for a click on the handoff's message (its references are loaded with it);
-    one Redis read for a Home click, or for a message posted so recently that its reference
-    is not on the handoff yet (the message link is written first).
+    one Redis read for a Home click, for a click in an ephemeral reply (``/handoff show``),
+    or for a message posted so recently that its reference is not on the handoff yet (the
+    message link is written first).
     """
     if origin.surface == "message":
         if not origin.channel or not origin.ts:
@@ -67,7 +68,24 @@ def shows_handoff(deps: HandlerDeps, handoff: Handoff, origin: Origin, user_id: 
     if origin.surface == "home":
         shown = BotKeys(deps.store.keys).home_shown(user_id)
         return bool(deps.store.redis.sismember(shown, handoff.id))
+    if origin.surface == "ephemeral":
+        shown = BotKeys(deps.store.keys).ephemeral_shown(user_id)
+        return bool(deps.store.redis.sismember(shown, handoff.id))
     return False
+
+
+EPHEMERAL_SHOWN_SECONDS = 24 * 3600
+"""How long the buttons of an ephemeral reply (which Slack never expires) keep working."""
+
+
+def remember_ephemeral(deps: HandlerDeps, user_id: str, handoff_id: str) -> None:
+    """Record that an ephemeral reply to ``user_id`` shows ``handoff_id`` with its buttons,
+    so that clicks there count (``shows_handoff``)."""
+    key = BotKeys(deps.store.keys).ephemeral_shown(user_id)
+    with deps.store.redis.pipeline(transaction=False) as pipe:
+        pipe.sadd(key, handoff_id)
+        pipe.expire(key, EPHEMERAL_SHOWN_SECONDS)
+        pipe.execute()
 
 
 def message_places(handoff: Handoff) -> set[tuple[str, str]]:

@@ -224,6 +224,29 @@ def test_details_button_shows_the_full_record(slack: SlackEnv) -> None:
     assert "Audit trail" in _text(detail)
 
 
+def test_an_admin_approves_from_the_details_of_handoff_show(slack: SlackEnv) -> None:
+    handoff_id = slack.refund_approval()
+    detail = slack.command(ADMIN, f"show {handoff_id}")
+
+    assert slack.standin.click(ADMIN, detail, views.APPROVE).status == 200
+
+    assert _resumed(slack, handoff_id)["resume_data"]["decided_by"] == ADMIN
+    assert slack.handoffs.get(handoff_id).status is Status.APPROVED
+
+
+def test_approve_in_an_ephemeral_that_never_showed_the_handoff_is_refused(
+    slack: SlackEnv,
+) -> None:
+    shown = slack.refund_approval()
+    other = slack.refund_approval()
+    detail = slack.command(ADMIN, f"show {shown}")
+
+    slack.standin.click(ADMIN, detail, views.APPROVE, value=other)  # a tampered value
+
+    assert slack.handoffs.get(other).is_pending
+    assert slack.handoffs.get(shown).is_pending
+
+
 # -- who may do what ---------------------------------------------------------------------
 
 
