@@ -157,7 +157,7 @@ def _finish(ack: Ack, view: dict[str, Any], result: object) -> None:
 
 
 def _first_input_block(view: dict[str, Any]) -> str:
-    for block in view.get("blocks", []):
+    for block in view.get("blocks") or []:  # Slack may send null for an empty list
         if block.get("type") == "input" and block.get("block_id"):
             return str(block["block_id"])
     return "none"
@@ -169,7 +169,7 @@ def _plain(message: str) -> str:
 
 
 def _values(view: dict[str, Any]) -> dict[str, Any]:
-    return dict(view.get("state", {}).get("values", {}))
+    return dict((view.get("state") or {}).get("values") or {})
 
 
 def _user(body: dict[str, Any]) -> str:

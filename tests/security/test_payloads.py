@@ -217,6 +217,16 @@ def _answered(click: dict[str, Any], approval: str) -> dict[str, tuple[bytes, st
             FORM,
             200,
         ),
+        "a refused submission whose blocks and state are null": (
+            _submission(
+                callback_id=views.REJECT_MODAL,
+                private_metadata=json.dumps({"handoff_id": approval}),
+                blocks=None,
+                state=None,
+            ),
+            FORM,
+            200,
+        ),
         "private_metadata over Slack's 3,000 characters": (
             _submission(
                 callback_id=views.REJECT_MODAL,
