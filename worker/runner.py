@@ -74,8 +74,9 @@ def run_dispatcher(
 ) -> None:
     """Run a dispatcher until interrupted (or until ``parent_pid`` is gone).
 
-    A spawned process starts with no logging configured; ``log_level`` (the parent's)
-    sets it up, so the dispatcher's warnings and failed passes are not lost.
+    ``log_level`` sets up logging in a process that has none configured (one started
+    without the `handoff` command), so the dispatcher's warnings and failed passes are
+    not lost.
     """
     if log_level is not None:
         logging.basicConfig(level=log_level, format=LOG_FORMAT)
@@ -116,8 +117,9 @@ def run_worker(
     ``fork``, each job runs in a forked work horse (RQ's ``Worker``), for resume targets
     that leak memory or may crash the interpreter.
 
-    With ``with_dispatcher``, a dispatcher runs beside it in a separate process (spawned,
-    not forked, so the worker's own forks stay single-threaded).
+    With ``with_dispatcher``, a dispatcher runs beside it in a separate process, forked
+    before the worker starts any thread (so both stay safe to fork, and the dispatcher
+    starts without importing everything again).
 
     Both wait up to ``redis_wait_seconds`` for an unreachable Redis; if RQ's loop ends on
     an error all the same, the RQ worker is started again here rather than the process
@@ -127,7 +129,7 @@ def run_worker(
         jobs.configure(notifier=notifier)
     dispatcher: BaseProcess | None = None
     if with_dispatcher:
-        dispatcher = multiprocessing.get_context("spawn").Process(
+        dispatcher = multiprocessing.get_context("fork").Process(
             target=run_dispatcher,
             kwargs={
                 "redis_url": redis_url,

@@ -365,8 +365,9 @@ def test_a_worker_whose_redis_wait_runs_out_mid_job_carries_on_once_redis_is_bac
         server.start()
 
         wait_until(lambda: agent.get(handoff.id).resume.state is TaskState.COMPLETED, timeout=30)
+        # Same process, still running. Whether RQ's own loop had to be started again
+        # ("starting it again" in the log) depends on where the outage caught it.
         assert worker.poll() is None, workers.logs()[-3000:]
-        assert "starting it again" in workers.logs()
         completed = [json.loads(raw) for raw in redis.lrange(resume_targets.COMPLETED, 0, -1)]
         assert [entry["handoff_id"] for entry in completed] == [handoff.id]
     finally:
