@@ -60,13 +60,24 @@ def _group_of(pid: int) -> int | None:
 
 
 def dispatcher_connected(process: subprocess.Popen[bytes], redis_port: int) -> bool:
-    """True once the dispatcher that `handoff worker` spawns (a ``multiprocessing`` child)
-    has a connection open to Redis: it is past its imports and running its loop."""
-    for pid in descendants(process.pid):
-        with contextlib.suppress(OSError):
-            if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                return _connected(pid, redis_port)
-    return False
+    """True once the dispatcher that `handoff worker` forks has a connection open to Redis:
+    it is running its loop. The dispatcher is the worker's first child and stays in its
+    process group (RQ's work horses get groups of their own); RQ's scheduler, forked
+    later, is the only other such child, and exists only once the dispatcher does."""
+    group = _group_of(process.pid)
+    children = [
+        pid
+        for pid in descendants(process.pid)
+        if _parent_of(pid) == process.pid and _group_of(pid) == group
+    ]
+    return any(_connected(pid, redis_port) for pid in sorted(children)[:1])
+
+
+def _parent_of(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _connected(pid: int, port: int) -> bool:
