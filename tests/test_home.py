@@ -113,6 +113,9 @@ def test_a_refused_click_on_the_home_shows_why_on_the_home(slack: SlackEnv) -> N
     handoff_id = slack.refund_approval(reviewers=[ALICE, BOB])
     stale = _open_home(slack, ALICE)
     slack.handoffs.decide(handoff_id, "approved", by=BOB)
+    # Let the worker's own refresh of Alice's Home (after Bob's decision) land first, so it
+    # cannot replace the notice this test looks for; Alice clicks the Home she had open.
+    wait_for(lambda: slack.handoffs.get(handoff_id).notify.state is TaskState.COMPLETED)
 
     block_id = home_actions_block_id(handoff_id)
     assert slack.standin.click(ALICE, stale, views.APPROVE, block_id=block_id).status == 200
