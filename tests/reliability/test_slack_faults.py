@@ -35,7 +35,7 @@ from tests.conftest import wait_until
 from tests.slack_env import ALICE, BOB, CAROL, CHANNEL, SlackEnv
 from worker.client import Handoffs
 
-HANDOFFS = 100
+HANDOFFS = 60
 SOAK_HANDOFFS = 400
 FAULT_RATE = 0.3
 CLIENT_TIMEOUT_SECONDS = 1
