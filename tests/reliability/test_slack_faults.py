@@ -1,7 +1,7 @@
 """Slack faults: the stand-in fails 30% of the bot's Web API calls (429 with Retry-After,
 500s, timeouts whose call is carried out late, connection resets before and after the call
-is made) while 100 handoffs are posted, decided by signed clicks and modal submissions,
-updated and resumed through real `handoff serve` and `handoff worker` processes.
+is made) while 60 handoffs (400 with --soak) are posted, decided by signed clicks and modal
+submissions, updated and resumed through real `handoff serve` and `handoff worker` processes.
 
 Promise under test: every message is posted and then updated to show its outcome without
 buttons; at no point does a handoff have two messages with live buttons (a post whose
