@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -209,7 +210,8 @@ class Handoff(BaseModel):
         """Build a handoff from the decoded fields of its Redis hash.
 
         This runs on every read and decision. Validating one flat dict is done in
-        pydantic-core and costs less than ``model_construct`` of the nested models would.
+        pydantic-core and costs less than ``model_construct`` of the nested models would;
+        times stay epoch-millisecond strings, which pydantic-core turns into UTC datetimes.
         """
         request = json.loads(fields["request"])
         # Reassignment changes the routing; the request itself is never rewritten.
@@ -220,7 +222,7 @@ class Handoff(BaseModel):
         decision = None
         if fields.get("decision"):
             decision = json.loads(fields["decision"])
-            decision["decided_at"] = _ms(fields.get("decided_at"))
+            decision["decided_at"] = stored_time(fields.get("decided_at"))
         refs = fields.get("message_refs")
         return cls.model_validate(
             {
@@ -239,17 +241,17 @@ class Handoff(BaseModel):
                 "resume_target": request.get("resume_target"),
                 "idempotency_key": request.get("idempotency_key"),
                 "metadata": request.get("metadata") or {},
-                "created_at": _ms(fields["created_at"]),
-                "decided_at": _ms(fields.get("decided_at")),
-                "expires_at": _ms(fields.get("expires_at")),
+                "created_at": fields["created_at"],
+                "decided_at": stored_time(fields.get("decided_at")),
+                "expires_at": stored_time(fields.get("expires_at")),
                 "claimed_by": fields.get("claimed_by") or None,
-                "claimed_at": _ms(fields.get("claimed_at")),
+                "claimed_at": stored_time(fields.get("claimed_at")),
                 "delivery": _task(fields, "deliver"),
                 "resume": _task(fields, "resume"),
                 "notify": _task(fields, "notify"),
                 "message_refs": json.loads(refs) if refs else {},
-                "escalate_to": _escalate_to(fields.get("policy")),
-                "escalated_at": _ms(fields.get("escalated_at")),
+                "escalate_to": _escalate_to(fields.get("policy") or ""),
+                "escalated_at": stored_time(fields.get("escalated_at")),
                 "reminders_sent": fields.get("remind_done", 0),
                 "version": fields.get("version", 0),
             }
@@ -261,13 +263,14 @@ class Handoff(BaseModel):
         handoff_id: str,
         request: HandoffRequest,
         *,
-        created_at: datetime,
-        expires_at: datetime | None,
+        created_at: datetime | str,
+        expires_at: datetime | str | None,
         delivery: TaskProgress,
         escalate_to: str | None,
     ) -> Handoff:
         """The handoff a create just stored, built from the (validated) request itself
-        rather than by parsing back what was written."""
+        rather than by parsing back what was written. Times may be given as stored
+        (epoch-millisecond strings)."""
         return cls.model_validate(
             {
                 "id": handoff_id,
@@ -330,6 +333,16 @@ def _ms(value: str | int | None) -> datetime | None:
     return datetime.fromtimestamp(int(value) / 1000, tz=UTC)
 
 
+def stored_time(value: str | None) -> str | None:
+    """A stored epoch-milliseconds time as pydantic takes it; unset (empty or 0) is None.
+
+    pydantic-core reads a number this large as milliseconds since the epoch, in UTC.
+    """
+    if not value or value == "0":
+        return None
+    return value
+
+
 def _task(fields: dict[str, str], prefix: str) -> dict[str, Any]:
     """A task's progress as stored in the flat hash (``deliver_state``, ...)."""
     return {
@@ -337,11 +350,13 @@ def _task(fields: dict[str, str], prefix: str) -> dict[str, Any]:
         "attempt": fields.get(prefix + "_attempt", 0),
         "max_attempts": fields.get(prefix + "_limit", 0),
         "last_error": fields.get(prefix + "_error") or None,
-        "completed_at": _ms(fields.get(prefix + "_done_at")),
+        "completed_at": stored_time(fields.get(prefix + "_done_at")),
     }
 
 
-def _escalate_to(policy: str | None) -> str | None:
+@functools.lru_cache(maxsize=64)
+def _escalate_to(policy: str) -> str | None:
+    # Handoffs share a handful of policies: parse each once.
     if not policy:
         return None
     return json.loads(policy).get("escalate_to") or None

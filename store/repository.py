@@ -12,8 +12,8 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from pydantic_core import to_json
 from redis import Redis
-from redis.commands.core import Script
 
 from store import defaults, scripts
 from store.exceptions import (
@@ -28,6 +28,7 @@ from store.exceptions import (
     PayloadTooLarge,
 )
 from store.keys import KeySpace
+from store.lua import LuaScript
 from store.models import (
     ALLOWED_OUTCOMES,
     AuditEvent,
@@ -40,6 +41,7 @@ from store.models import (
     TaskKind,
     TaskProgress,
     TaskState,
+    stored_time,
 )
 
 logger = logging.getLogger(__name__)
@@ -153,8 +155,8 @@ class HandoffStore:
         self.redis = redis
         self.config = config or StoreConfig()
         self.keys = KeySpace(self.config.namespace)
-        self._scripts: dict[str, Script] = {
-            name: redis.register_script(getattr(scripts, name))
+        self._scripts: dict[str, LuaScript] = {
+            name: LuaScript(redis, getattr(scripts, name))
             for name in (
                 "CREATE",
                 "DECIDE",
@@ -203,12 +205,12 @@ class HandoffStore:
                 request_json,
                 request.idempotency_key or "",
                 expires_ms,
-                json.dumps(self._pending_indexes(request)),
+                to_json(self._pending_indexes(request)),
                 "1" if request.resume_target else "0",
                 request.request_type.value,
                 policy_json,
                 actor,
-                json.dumps({"run_id": request.run_id, "request_type": request.request_type}),
+                to_json({"run_id": request.run_id, "request_type": request.request_type}),
             ],
         )
         created, stored_id = bool(int(result[0])), _text(result[1])
@@ -217,8 +219,8 @@ class HandoffStore:
             handoff = Handoff.from_request(
                 stored_id,
                 request,
-                created_at=_ms_to_datetime(_text(result[2])) or datetime.now(UTC),
-                expires_at=_ms_to_datetime(_text(result[3])),
+                created_at=_text(result[2]),
+                expires_at=stored_time(_text(result[3])),
                 delivery=TaskProgress(
                     state=TaskState.QUEUED, max_attempts=policy.delivery_max_attempts
                 ),
@@ -404,7 +406,7 @@ class HandoffStore:
             decision,
             event=outcome.value,
             resume=resume,
-            fitting_types=list(RequestType),
+            fitting_types=_ALL_TYPES,
         )
 
     def _close(
@@ -414,7 +416,7 @@ class HandoffStore:
         *,
         event: str,
         resume: bool,
-        fitting_types: list[RequestType],
+        fitting_types: str,
         required_claimer: str = "",
         current: Handoff | None = None,
     ) -> Handoff:
@@ -430,7 +432,7 @@ class HandoffStore:
                 required_claimer,
                 event,
                 "1" if resume else "0",
-                " ".join(t.value for t in fitting_types),
+                fitting_types,
                 "0" if current is not None else "1",
             ],
         )
@@ -442,7 +444,7 @@ class HandoffStore:
                 extra={"handoff_id": handoff_id, "actor": decision.decided_by, "via": decision.via},
             )
             if current is None:
-                return _handoff_from_json(handoff_id, result[1])
+                return _handoff_from_flat(handoff_id, result[1])
             decided_at = _ms_to_datetime(_text(result[1]))
             return current.model_copy(
                 update={
@@ -518,7 +520,7 @@ class HandoffStore:
         if verdict == "already":
             raise _already_decided(handoff_id, result)
         logger.info("handoff reassigned", extra={"handoff_id": handoff_id, "actor": by})
-        return _handoff_from_json(handoff_id, result[1])
+        return _handoff_from_flat(handoff_id, result[1])
 
     def claim(self, handoff_id: str, *, claimed_by: str, take_over: bool = False) -> Handoff:
         """Take ownership of a pending escalation before resolving it."""
@@ -583,7 +585,7 @@ class HandoffStore:
         return TaskStart(
             action="run",
             attempt=int(result[1]),
-            handoff=_handoff_from_json(handoff_id, result[2]),
+            handoff=_handoff_from_flat(handoff_id, result[2]),
         )
 
     def finish_task(
@@ -717,6 +719,10 @@ def decision_problem(request_type: RequestType, decision: ResumeData) -> str | N
     return None
 
 
+_ALL_TYPES = " ".join(t.value for t in RequestType)
+"""What a cancel or an expiry fits: every request type."""
+
+
 @functools.lru_cache(maxsize=128)
 def _fitting_types(
     outcome: Status,
@@ -725,16 +731,17 @@ def _fitting_types(
     has_answer: bool,
     has_edited_args: bool,
     has_corrected_draft: bool,
-) -> list[RequestType]:
-    """The request types a decision of this shape can decide (``decision_problem`` reads
-    only these facts of a decision, so the answer is the same for every such decision)."""
+) -> str:
+    """The request types a decision of this shape can decide, space separated, as the
+    DECIDE script takes them (``decision_problem`` reads only these facts of a decision,
+    so the answer is the same for every such decision)."""
     probe = ResumeData.model_construct(
         outcome=outcome,
         answer=("x" if answered else " ") if has_answer else None,
         edited_args={} if has_edited_args else None,
         corrected_draft="" if has_corrected_draft else None,
     )
-    return [t for t in RequestType if decision_problem(t, probe) is None]
+    return " ".join(t.value for t in RequestType if decision_problem(t, probe) is None)
 
 
 def _parse_outcome(outcome: Status | str) -> Status:
@@ -767,9 +774,10 @@ def _ms_to_datetime(value: str) -> datetime | None:
     return datetime.fromtimestamp(int(value) / 1000, tz=UTC)
 
 
-def _handoff_from_json(handoff_id: str, raw: bytes | str) -> Handoff:
-    """A handoff from a script's ``hash_json`` reply (its whole hash as one JSON object)."""
-    return Handoff.from_redis_hash(handoff_id, json.loads(raw))
+def _handoff_from_flat(handoff_id: str, flat: list[bytes]) -> Handoff:
+    """A handoff from a script's ``HGETALL`` reply (field, value, field, value, ...)."""
+    items = [item.decode() if isinstance(item, bytes) else item for item in flat]
+    return Handoff.from_redis_hash(handoff_id, dict(zip(items[::2], items[1::2], strict=True)))
 
 
 def _text(value: Any) -> str:

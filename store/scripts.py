@@ -54,15 +54,6 @@ local function timeout_ms(hkey, k)
   return tonumber(t.deliver_timeout_ms)
 end
 
--- The whole hash as one JSON object: the client decodes one string instead of a flat
--- array of field and value strings.
-local function hash_json(hkey)
-  local flat = redis.call('HGETALL', hkey)
-  local t = {}
-  for i = 1, #flat, 2 do t[flat[i]] = flat[i + 1] end
-  return cjson.encode(t)
-end
-
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -95,37 +86,75 @@ local function queue_task(hkey, id, k, at)
   wake()
 end
 
+-- What closing a handoff reads, in one HMGET: closing is the hot path of every decision,
+-- and each call from Lua costs about as much as a small command.
+local CLOSE_FIELDS = {'status', 'decision', 'decided_at', 'claimed_by', 'request_type',
+                      'expires_at', 'version', 'indexes', 'has_resume', 'policy',
+                      'remind_state', 'escalate_state', 'resume_state', 'resume_attempt',
+                      'notify_state', 'notify_attempt'}
+
+local function read_fields(hkey, names)
+  local values = redis.call('HMGET', hkey, unpack(names))
+  local f = {}
+  for i, name in ipairs(names) do f[name] = values[i] end
+  return f
+end
+
 -- Move a pending handoff to a final status: the decision, its audit event, the index
--- updates and the resume (outbox entry) commit together.
-local function close_pending(id, hkey, status, decision, actor, event, at, retention_ms, resume)
-  redis.call('HSET', hkey, 'status', status, 'decision', decision, 'decided_at', at)
-  redis.call('HINCRBY', hkey, 'version', 1)
-  for _, key in ipairs(cjson.decode(redis.call('HGET', hkey, 'indexes') or '[]')) do
+-- updates and the resume (outbox entry) commit together. ``f`` holds CLOSE_FIELDS as read
+-- in this script run; the hash gets one HSET and the outbox one ZADD.
+local function close_pending(id, hkey, f, status, decision, actor, event, at, retention_ms,
+                             resume)
+  local t = cjson.decode(f.policy or '{}')
+  POLICIES[hkey] = t
+  local version = tonumber(f.version or 0) + 1
+  local set = {'status', status, 'decision', decision, 'decided_at', at, 'version', version}
+  local outbox = {}
+  local function queue(k, when, max)
+    -- As queue_task, from the fields already read.
+    if f[k .. '_state'] == 'running' then
+      table.insert(set, k .. '_dirty'); table.insert(set, '1')
+      return
+    end
+    table.insert(set, k .. '_state'); table.insert(set, 'queued')
+    table.insert(set, k .. '_limit'); table.insert(set, tonumber(f[k .. '_attempt'] or 0) + max)
+    table.insert(outbox, when); table.insert(outbox, k .. ':' .. id)
+  end
+  for _, key in ipairs(cjson.decode(f.indexes or '[]')) do
     redis.call('ZREM', key, id)
   end
   redis.call('ZREM', P .. 'deadlines', id)
+  local timers = {}
   for _, k in ipairs(PENDING_ONLY) do
-    redis.call('ZREM', P .. 'outbox', k .. ':' .. id)
-    if redis.call('HGET', hkey, k .. '_state') ~= 'running' then
-      redis.call('HSET', hkey, k .. '_state', 'none')
+    local state = f[k .. '_state']
+    if state and state ~= 'none' then
+      table.insert(timers, k .. ':' .. id)
+      if state ~= 'running' then
+        table.insert(set, k .. '_state'); table.insert(set, 'none')
+      end
     end
   end
-  if resume and redis.call('HGET', hkey, 'has_resume') == '1' then
-    queue_task(hkey, id, 'resume', at)
-  end
+  if #timers > 0 then redis.call('ZREM', P .. 'outbox', unpack(timers)) end
+  if resume and f.has_resume == '1' then queue('resume', at, tonumber(t.resume_max)) end
   -- One millisecond later, so the dispatcher enqueues the resume first: the agent's run
   -- waits on it, while the message update can follow.
-  queue_task(hkey, id, 'notify', at + 1)
+  queue('notify', at + 1, tonumber(t.deliver_max))
+  redis.call('HSET', hkey, unpack(set))
+  if #outbox > 0 then
+    redis.call('ZADD', P .. 'outbox', unpack(outbox))
+    wake()
+  end
   redis.call('ZADD', P .. 'retention', at + retention_ms, id)
   audit(id, event, actor, at, {status = status})
   redis.call('PUBLISH', P .. 'decided:' .. id, status)
+  return version
 end
 
 -- Expiry fails closed: the run resumes with 'expired', decided by nobody.
-local function expire_pending(id, hkey, at, retention_ms)
+local function expire_pending(id, hkey, f, at, retention_ms)
   local decision = cjson.encode({decision_id = 'expiry-' .. id, outcome = 'expired',
                                  decided_by = 'system', via = 'expiry'})
-  close_pending(id, hkey, 'expired', decision, 'system', 'expired', at, retention_ms, true)
+  close_pending(id, hkey, f, 'expired', decision, 'system', 'expired', at, retention_ms, true)
   return decision
 end
 """
@@ -176,28 +205,28 @@ DECIDE = (
     PRELUDE
     + """
 local id, hkey = ARGV[2], KEYS[1]
-if redis.call('EXISTS', hkey) == 0 then return {'missing'} end
-local h = redis.call('HMGET', hkey, 'status', 'decision', 'decided_at', 'claimed_by',
-                     'request_type', 'expires_at')
-if h[1] ~= 'pending' then return {'already', h[1], h[2] or '', h[3] or ''} end
+local f = read_fields(hkey, CLOSE_FIELDS)
+-- Every handoff hash has a status: none means no handoff.
+if not f.status then return {'missing'} end
+if f.status ~= 'pending' then return {'already', f.status, f.decision or '', f.decided_at or ''} end
 local now = now_ms()
-local expires_at = tonumber(h[6] or 0)
+local expires_at = tonumber(f.expires_at or 0)
 if expires_at > 0 and now >= expires_at and ARGV[3] ~= 'expired' then
   -- Past its deadline a handoff is expired, even before a sweeper gets to it: a late
   -- decision never wins over the deadline.
-  local decision = expire_pending(id, hkey, now, tonumber(ARGV[6]))
+  local decision = expire_pending(id, hkey, f, now, tonumber(ARGV[6]))
   return {'already', 'expired', decision, tostring(now)}
 end
-if not string.find(' ' .. ARGV[10] .. ' ', ' ' .. h[5] .. ' ', 1, true) then
-  return {'invalid', h[5]}
+if not string.find(' ' .. ARGV[10] .. ' ', ' ' .. f.request_type .. ' ', 1, true) then
+  return {'invalid', f.request_type}
 end
-if h[5] == 'escalation' and ARGV[7] ~= '' and h[4] ~= ARGV[7] then
-  return {'claim', h[4] or ''}
+if f.request_type == 'escalation' and ARGV[7] ~= '' and f.claimed_by ~= ARGV[7] then
+  return {'claim', f.claimed_by or ''}
 end
-close_pending(id, hkey, ARGV[3], ARGV[4], ARGV[5], ARGV[8], now, tonumber(ARGV[6]),
-              ARGV[9] == '1')
-if ARGV[11] == '0' then return {'ok', now, redis.call('HGET', hkey, 'version')} end
-return {'ok', hash_json(hkey)}
+local version = close_pending(id, hkey, f, ARGV[3], ARGV[4], ARGV[5], ARGV[8], now,
+                              tonumber(ARGV[6]), ARGV[9] == '1')
+if ARGV[11] == '0' then return {'ok', now, version} end
+return {'ok', redis.call('HGETALL', hkey)}
 """
 )
 
@@ -241,7 +270,7 @@ if (k == 'remind' or k == 'escalate') and redis.call('HGET', hkey, 'status') ~= 
   return {'none'}
 end
 if state == 'running' and tonumber(f[4] or 0) > now then
-  if f[5] == token then return {'run', tonumber(f[2]), hash_json(hkey)} end
+  if f[5] == token then return {'run', tonumber(f[2]), redis.call('HGETALL', hkey)} end
   return {'busy'}
 end
 local attempt = tonumber(f[2] or 0) + 1
@@ -261,7 +290,7 @@ redis.call('HINCRBY', hkey, 'version', 1)
 -- If this attempt dies, the dispatcher finds the entry again once the lease has lapsed.
 redis.call('ZADD', P .. 'outbox', lease, member)
 audit(id, EVENTS[k].started, 'worker', now, {attempt = attempt})
-return {'run', attempt, hash_json(hkey)}
+return {'run', attempt, redis.call('HGETALL', hkey)}
 """
 )
 
@@ -381,8 +410,9 @@ for _, id in ipairs(due) do
   -- Only the caller whose ZREM removed the deadline may expire the handoff.
   if redis.call('ZREM', KEYS[1], id) == 1 then
     local hkey = P .. 'h:' .. id
-    if redis.call('HGET', hkey, 'status') == 'pending' then
-      expire_pending(id, hkey, now, tonumber(ARGV[3]))
+    local f = read_fields(hkey, CLOSE_FIELDS)
+    if f.status == 'pending' then
+      expire_pending(id, hkey, f, now, tonumber(ARGV[3]))
       table.insert(expired, id)
     end
   end
@@ -458,6 +488,6 @@ redis.call('HINCRBY', hkey, 'version', 1)
 -- A fresh delivery posts to the new place and points the old message there.
 queue_task(hkey, id, 'deliver', now)
 audit(id, 'reassigned', ARGV[3], now, {channel = ARGV[4], reviewers = ARGV[5]})
-return {'ok', hash_json(hkey)}
+return {'ok', redis.call('HGETALL', hkey)}
 """
 )

@@ -355,7 +355,7 @@ def test_rerun_of_the_same_decision_succeeds_instead_of_reporting_already_decide
             decision,
             event="decided",
             resume=True,
-            fitting_types=[RequestType.APPROVAL],
+            fitting_types="approval",
         )
 
     first = close()
@@ -368,7 +368,7 @@ def test_rerun_of_the_same_decision_succeeds_instead_of_reporting_already_decide
     other = decision.model_copy(update={"decision_id": "decision-2", "decided_by": "U2"})
     with pytest.raises(AlreadyDecided, match="U1"):
         store._close(
-            handoff.id, other, event="decided", resume=True, fitting_types=[RequestType.APPROVAL]
+            handoff.id, other, event="decided", resume=True, fitting_types="approval"
         )
 
 
