@@ -367,9 +367,7 @@ def test_rerun_of_the_same_decision_succeeds_instead_of_reporting_already_decide
     assert outbox(redis, store).count(f"resume:{handoff.id}") == 1
     other = decision.model_copy(update={"decision_id": "decision-2", "decided_by": "U2"})
     with pytest.raises(AlreadyDecided, match="U1"):
-        store._close(
-            handoff.id, other, event="decided", resume=True, fitting_types="approval"
-        )
+        store._close(handoff.id, other, event="decided", resume=True, fitting_types="approval")
 
 
 def test_fifty_concurrent_deciders_produce_exactly_one_decision_and_one_resume(
