@@ -167,9 +167,11 @@ def test_worker_killed_mid_resume_finishes_the_thread_without_answering_twice(
 
     assert adapter.graph.get_state(config).values["steps"] == ["reviewed", "refunded"]
     assert graphs.tool_runs(redis) == [{"tool": "issue_refund", "args": {"order_id": "A-1"}}]
-    assert handoffs.get(approval.id).resume.attempt == 2
+    # Attempt 2 takes over; on a loaded machine it may itself outlive its 3 s timeout, and
+    # a third one finishes: what matters is that the tool ran once and the resume completed.
+    assert handoffs.get(approval.id).resume.attempt >= 2
     assert handoffs.get(approval.id).resume.state is TaskState.COMPLETED
-    # The second attempt saw the answer already in the checkpoint and did not send it again.
+    # A later attempt saw the answer already in the checkpoint and did not send it again.
     assert "finishing the steps a dead attempt began" in workers.logs()
 
 

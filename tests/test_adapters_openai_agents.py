@@ -119,9 +119,10 @@ def test_worker_killed_mid_resume_continues_the_run_without_running_a_tool_twice
     assert _finished(redis)[0]["output"] == "refunded 30 USD on A-1 | refunded 5 USD on B-2"
     assert sorted(run["args"][0] for run in agents.tool_runs(redis)) == ["A-1", "B-2"]
     resumer = max((handoffs.get(first.id), handoffs.get(second.id)), key=lambda h: h.resume.attempt)
-    assert resumer.resume.attempt == 2
-    # The second attempt replayed the stored run; the tools returned their recorded results.
-    assert workers.logs().count("already ran for call") == 2
+    # Attempt 2 takes over (a third if the second outlives its 3 s timeout on a loaded
+    # machine); each later attempt replays the stored run with the tools' recorded results.
+    assert resumer.resume.attempt >= 2
+    assert workers.logs().count("already ran for call") >= 2
 
 
 # -- the resume target called in this process, as a worker calls it ---------------------
