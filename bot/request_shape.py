@@ -18,7 +18,8 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from typing import Any
-from urllib.parse import parse_qsl
+
+from bot.form_decoding import parse_form
 
 
 class MalformedRequest(ValueError):
@@ -151,7 +152,7 @@ def parse_body(text: str, content_type: str | None) -> dict[str, Any]:
         if content_type == "application/json" or text.startswith("{"):
             body = json.loads(text)
         else:
-            fields = dict(parse_qsl(text, keep_blank_values=True))
+            fields = dict(parse_form(text))
             body = json.loads(fields["payload"]) if "payload" in fields else fields
     except (ValueError, RecursionError) as exc:
         raise MalformedRequest("the body is not valid JSON or form data") from exc
