@@ -11,6 +11,7 @@ it 200 and runs nothing else.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs
@@ -41,11 +42,25 @@ SSL_CHECK_MAX_BYTES = 256
 
 
 @dataclass(frozen=True)
+class Prefetched:
+    """A Redis hash read together with the replay check, for the listener to use."""
+
+    key: str
+    fields: dict[bytes, bytes]
+
+
+@dataclass(frozen=True)
 class Admitted:
-    """A request that passed the gate: its raw body and the body parsed (as Bolt parses it)."""
+    """A request that passed the gate: its raw body, the body parsed (as Bolt parses it),
+    and what was read for it along the way, if anything."""
 
     raw: bytes
     body: dict[str, Any]
+    prefetched: Prefetched | None = None
+
+
+HashToRead = Callable[[dict[str, Any]], str | None]
+"""Names the Redis hash a parsed request's listener will read first, if one is known."""
 
 
 class RequestGate:
@@ -61,11 +76,19 @@ class RequestGate:
     """
 
     def __init__(
-        self, signing_secret: str, replay: ReplayGuard, *, max_body_bytes: int = MAX_BODY_BYTES
+        self,
+        signing_secret: str,
+        replay: ReplayGuard,
+        *,
+        max_body_bytes: int = MAX_BODY_BYTES,
+        hash_to_read: HashToRead | None = None,
     ) -> None:
         self.signing_secret = signing_secret
         self.replay = replay
         self.max_body_bytes = max_body_bytes
+        # The hash is read in the replay check's round trip (it is only a read, and a
+        # refused request never gets to use it).
+        self.hash_to_read = hash_to_read
 
     def admit(self, environ: dict[str, Any]) -> Admitted | Rejection:
         """The body of a request that may go on to Bolt, or the reason to refuse it."""
@@ -89,11 +112,21 @@ class RequestGate:
         retry_num = environ.get("HTTP_X_SLACK_RETRY_NUM")
         is_event = body.get("type") == "event_callback"
         sent_at = signing.request_time(timestamp) or 0
-        if not self.replay.first_use(
-            str(signature), sent_at=sent_at, retry_num=retry_num if is_event else None
-        ):
+        hash_key = None if is_event or self.hash_to_read is None else self.hash_to_read(body)
+        prefetched = None
+        if hash_key is not None:
+            first, fields = self.replay.first_use_and_read(
+                str(signature), sent_at=sent_at, hash_key=hash_key
+            )
+            if fields is not None:
+                prefetched = Prefetched(hash_key, fields)
+        else:
+            first = self.replay.first_use(
+                str(signature), sent_at=sent_at, retry_num=retry_num if is_event else None
+            )
+        if not first:
             return self._refuse(UNSIGNED, "replayed request", environ)
-        return Admitted(raw, body)
+        return Admitted(raw, body, prefetched)
 
     def _read_body(self, environ: dict[str, Any]) -> bytes | Rejection:
         declared = environ.get("CONTENT_LENGTH") or ""

@@ -15,9 +15,10 @@ from slack_bolt import App, BoltRequest
 
 from bot.app import ConfigurationError, create_app
 from bot.config import Settings
-from bot.gate import Rejection, RequestGate
+from bot.gate import Admitted, Rejection, RequestGate
 from bot.keys import BotKeys
 from bot.replay import ReplayGuard
+from handlers.prefetch import PREFETCHED_KEY, clicked_handoff_hash
 from store.keys import KeySpace
 
 logger = logging.getLogger(__name__)
@@ -48,7 +49,7 @@ def make_wsgi_app(bolt_app: App, redis: Redis, *, gate: RequestGate) -> WSGIApp:
         admitted = gate.admit(environ)
         if isinstance(admitted, Rejection):
             return _json(start_response, admitted.status, {"error": admitted.reason})
-        response = bolt_app.dispatch(_bolt_request(environ, admitted.body))
+        response = bolt_app.dispatch(_bolt_request(environ, admitted))
         status = HTTPStatus(response.status)
         headers = [
             (name, value)
@@ -65,8 +66,9 @@ def make_wsgi_app(bolt_app: App, redis: Redis, *, gate: RequestGate) -> WSGIApp:
     return application
 
 
-def _bolt_request(environ: dict[str, Any], body: dict[str, Any]) -> BoltRequest:
-    """The Bolt request of a verified, parsed HTTP request.
+def _bolt_request(environ: dict[str, Any], admitted: Admitted) -> BoltRequest:
+    """The Bolt request of a verified, parsed HTTP request, with what the gate read for it
+    in its context (``handlers.prefetch``).
 
     Bolt takes an already parsed body only with ``mode="socket_mode"``; the one other thing
     that mode changes is that Bolt skips its own signature check, which the gate has done.
@@ -77,10 +79,12 @@ def _bolt_request(environ: dict[str, Any], body: dict[str, Any]) -> BoltRequest:
             headers[key[5:].lower().replace("_", "-")] = value
         elif key in ("CONTENT_TYPE", "CONTENT_LENGTH"):
             headers[key.lower().replace("_", "-")] = value
+    context = {PREFETCHED_KEY: admitted.prefetched} if admitted.prefetched else None
     return BoltRequest(
-        body=body,
+        body=admitted.body,
         query=environ.get("QUERY_STRING", ""),
         headers=headers,
+        context=context,
         mode="socket_mode",
     )
 
@@ -122,12 +126,12 @@ def build_wsgi_app(settings: Settings) -> WSGIApp:
         socket_connect_timeout=SERVE_REDIS_CONNECT_TIMEOUT_SECONDS,
         socket_timeout=SERVE_REDIS_TIMEOUT_SECONDS,
     )
-    replay = ReplayGuard(redis, BotKeys(KeySpace(settings.namespace)))
-    return make_wsgi_app(
-        create_app(settings, redis=redis),
-        redis,
-        gate=RequestGate(settings.slack_signing_secret, replay),
+    keys = KeySpace(settings.namespace)
+    replay = ReplayGuard(redis, BotKeys(keys))
+    gate = RequestGate(
+        settings.slack_signing_secret, replay, hash_to_read=clicked_handoff_hash(keys)
     )
+    return make_wsgi_app(create_app(settings, redis=redis), redis, gate=gate)
 
 
 class _Gunicorn(BaseApplication):  # type: ignore[misc]

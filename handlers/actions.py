@@ -21,6 +21,7 @@ from handlers.decisions import STORE_DOWN, UNAVAILABLE, Refusal, decide_as, load
 from handlers.deps import deps_of
 from handlers.modal_metadata import ModalOrigin, seal
 from handlers.origin import origin_of
+from handlers.prefetch import prefetched_in
 from store.exceptions import AlreadyDecided, ClaimedByOther, HandoffNotFound
 from store.models import Handoff
 
@@ -52,6 +53,7 @@ def approve(ack: Ack, body: dict[str, Any], respond: Respond, context: dict[str,
         via=VIA_BUTTON,
         channel=_channel(body),
         origin=origin_of(body),
+        prefetched=prefetched_in(context),
     )
     if isinstance(result, Refusal):
         _tell(respond, result.message)
@@ -62,7 +64,14 @@ def claim(ack: Ack, body: dict[str, Any], respond: Respond, context: dict[str, A
     ack()
     deps = deps_of(context)
     user = _user(body)
-    loaded = load_for(deps, _handoff_id(body), user, via=VIA_BUTTON, origin=origin_of(body))
+    loaded = load_for(
+        deps,
+        _handoff_id(body),
+        user,
+        via=VIA_BUTTON,
+        origin=origin_of(body),
+        prefetched=prefetched_in(context),
+    )
     if isinstance(loaded, Refusal):
         _tell(respond, loaded.message)
         return
@@ -110,7 +119,14 @@ def _opens(
         ack()
         user = _user(body)
         origin = origin_of(body)
-        loaded = load_for(deps_of(context), _handoff_id(body), user, via=VIA_BUTTON, origin=origin)
+        loaded = load_for(
+            deps_of(context),
+            _handoff_id(body),
+            user,
+            via=VIA_BUTTON,
+            origin=origin,
+            prefetched=prefetched_in(context),
+        )
         if isinstance(loaded, Refusal):
             _tell(respond, loaded.message)
             return

@@ -13,6 +13,7 @@ from typing import Any
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from bot.gate import Prefetched
 from bot.views import already_decided_text
 from handlers.deps import HandlerDeps
 from handlers.origin import Origin, shows_handoff
@@ -59,17 +60,23 @@ def load_for(
     via: str,
     channel: str | None = None,
     origin: Origin | None = None,
+    prefetched: Prefetched | None = None,
 ) -> Handoff | Refusal:
     """The pending handoff ``user_id`` wants to act on (from ``channel``), or why they
     cannot. Denials are audited. Used before opening a modal, and before every decision.
 
     ``origin`` is where a click happened: it must be a place that shows the handoff (see
     ``handlers.origin``), and then its channel, not ``channel``, counts for who may decide.
+    ``prefetched`` is the request gate's read of the handoff (``handlers.prefetch``), used
+    instead of reading it again when it is this handoff's.
     """
     if not handoff_id:
         return Refusal(NOT_FOUND)
     try:
-        handoff = deps.store.get(handoff_id)
+        if prefetched is not None and prefetched.key == deps.store.keys.handoff(handoff_id):
+            handoff = deps.store.from_hash(handoff_id, prefetched.fields)
+        else:
+            handoff = deps.store.get(handoff_id)
         if not handoff.is_pending:
             return Refusal(already_decided_text(handoff))
         if origin is not None:
@@ -147,10 +154,19 @@ def decide_as(
     via: str,
     channel: str | None = None,
     origin: Origin | None = None,
+    prefetched: Prefetched | None = None,
     **decision: Any,
 ) -> Handoff | Refusal:
     """Decide ``handoff_id`` as ``user_id`` if they may; the first decision wins."""
-    loaded = load_for(deps, handoff_id, user_id, via=via, channel=channel, origin=origin)
+    loaded = load_for(
+        deps,
+        handoff_id,
+        user_id,
+        via=via,
+        channel=channel,
+        origin=origin,
+        prefetched=prefetched,
+    )
     if isinstance(loaded, Refusal):
         return loaded
     try:

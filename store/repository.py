@@ -258,7 +258,11 @@ class HandoffStore:
 
     def get(self, handoff_id: str) -> Handoff:
         """The handoff with this id; raises ``HandoffNotFound``."""
-        fields = self.redis.hgetall(self.keys.handoff(handoff_id))
+        return self.from_hash(handoff_id, self.redis.hgetall(self.keys.handoff(handoff_id)))
+
+    def from_hash(self, handoff_id: str, fields: dict[Any, Any]) -> Handoff:
+        """The handoff from its hash as read (``HGETALL``) elsewhere, such as in a
+        pipeline; raises ``HandoffNotFound`` for an empty one."""
         if not fields:
             raise HandoffNotFound(handoff_id)
         return Handoff.from_redis_hash(handoff_id, _decode_hash(fields))

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from bot.form_decoding import parse_form
 
-PAYLOADS = Path(__file__).resolve().parents[2] / "shared" / "slack-payloads"
+PAYLOADS = Path("/work/shared/slack-payloads")
 
 
 def expected(text: str) -> list[tuple[str, str]]:
@@ -34,7 +34,9 @@ def test_a_slack_interaction_decodes_to_its_json() -> None:
 
 
 def test_the_shared_slack_examples_decode_as_parse_qsl_decodes_them() -> None:
-    for path in sorted(PAYLOADS.glob("*.json")):
+    examples = sorted(PAYLOADS.glob("*.json"))
+    assert examples, f"no examples in {PAYLOADS}"
+    for path in examples:
         text = urlencode({"payload": path.read_text()})
         assert parse_form(text) == expected(text), path.name
 

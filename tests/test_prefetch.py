@@ -1,0 +1,155 @@
+"""A click's handoff read in the request gate's replay round trip, and used by its listener."""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+from redis import Redis
+from slack_sdk import WebClient
+from slack_sdk.signature import SignatureVerifier
+
+from bot.gate import Admitted, Prefetched, Rejection, RequestGate
+from bot.keys import BotKeys
+from bot.replay import ReplayGuard
+from bot.reviewers import ReviewerPolicy
+from handlers.decisions import Refusal, load_for
+from handlers.deps import HandlerDeps
+from handlers.prefetch import clicked_handoff_hash
+from store.models import Handoff, Status
+from worker.client import Handoffs
+
+SECRET = "prefetch-test-signing-secret"
+REVIEWER = "U0REVIEWER"
+PAYLOADS = Path("/work/shared/slack-payloads")
+
+
+def _environ(payload: dict[str, Any], *, form: bool = True) -> dict[str, Any]:
+    body = (urlencode({"payload": json.dumps(payload)}) if form else json.dumps(payload)).encode()
+    timestamp = str(int(time.time()))
+    signature = SignatureVerifier(SECRET).generate_signature(timestamp=timestamp, body=body)
+    return {
+        "REQUEST_METHOD": "POST",
+        "PATH_INFO": "/slack/events",
+        "CONTENT_LENGTH": str(len(body)),
+        "CONTENT_TYPE": "application/x-www-form-urlencoded" if form else "application/json",
+        "wsgi.input": io.BytesIO(body),
+        "HTTP_X_SLACK_REQUEST_TIMESTAMP": timestamp,
+        "HTTP_X_SLACK_SIGNATURE": signature,
+    }
+
+
+def _example(name: str) -> dict[str, Any]:
+    example: dict[str, Any] = json.loads((PAYLOADS / name).read_text())
+    return example
+
+
+def _click(value: str) -> dict[str, Any]:
+    """Slack's example click, on a button whose value is ``value``."""
+    click = _example("block_actions.json")
+    click["actions"][0]["value"] = value
+    return click
+
+
+def _gate(redis: Redis, handoffs: Handoffs) -> RequestGate:
+    keys = handoffs.store.keys
+    return RequestGate(
+        SECRET, ReplayGuard(redis, BotKeys(keys)), hash_to_read=clicked_handoff_hash(keys)
+    )
+
+
+def _approval(handoffs: Handoffs) -> Handoff:
+    return handoffs.request_approval(
+        run_id="run-1", thread_id="t-1", action="refund", channel="C1", reviewers=[REVIEWER]
+    )
+
+
+def test_a_click_on_a_handoff_button_comes_with_its_handoff_read(
+    redis: Redis, handoffs: Handoffs
+) -> None:
+    handoff = _approval(handoffs)
+    environ = _environ(_click(handoff.id))
+
+    admitted = _gate(redis, handoffs).admit(environ)
+
+    assert isinstance(admitted, Admitted)
+    key = handoffs.store.keys.handoff(handoff.id)
+    assert admitted.prefetched == Prefetched(key, redis.hgetall(key))
+    assert handoffs.store.from_hash(handoff.id, admitted.prefetched.fields) == handoff
+
+
+def test_a_replayed_click_is_still_refused_when_its_handoff_is_read_along(
+    redis: Redis, handoffs: Handoffs
+) -> None:
+    handoff = _approval(handoffs)
+    environ = _environ(_click(handoff.id))
+    replay = dict(environ, **{"wsgi.input": io.BytesIO(environ["wsgi.input"].getvalue())})
+    gate = _gate(redis, handoffs)
+
+    assert isinstance(gate.admit(environ), Admitted)
+    refused = gate.admit(replay)
+
+    assert refused == Rejection("401 Unauthorized", "invalid request")
+
+
+def test_nothing_is_read_for_requests_that_name_no_handoff(
+    redis: Redis, handoffs: Handoffs
+) -> None:
+    gate = _gate(redis, handoffs)
+    not_an_id = gate.admit(_environ(_click("ho_not-an-id")))
+    no_value = _click("")
+    del no_value["actions"][0]["value"]
+    event = gate.admit(_environ(_example("event_app_home_opened.json"), form=False))
+
+    for admitted in (not_an_id, gate.admit(_environ(no_value)), event):
+        assert isinstance(admitted, Admitted) and admitted.prefetched is None
+
+
+def _deps(redis: Redis, handoffs: Handoffs) -> HandlerDeps:
+    # The reviewer is a user id, so the policy never calls Slack.
+    client = WebClient(token="xoxb-unused", base_url="http://127.0.0.1:9/api/")
+    return HandlerDeps(
+        store=handoffs.store,
+        reviewers=ReviewerPolicy(client, redis, handoffs.store.keys),
+    )
+
+
+def test_the_listener_uses_the_gates_read_instead_of_reading_again(
+    redis: Redis, handoffs: Handoffs
+) -> None:
+    handoff = _approval(handoffs)
+    key = handoffs.store.keys.handoff(handoff.id)
+    read_at_the_gate = Prefetched(key, redis.hgetall(key))
+    handoffs.decide(handoff.id, "rejected", by="U0OTHER")  # after the gate's read
+    deps = _deps(redis, handoffs)
+
+    used = load_for(
+        deps, handoff.id, REVIEWER, via="button", channel="C1", prefetched=read_at_the_gate
+    )
+    read_again = load_for(deps, handoff.id, REVIEWER, via="button", channel="C1")
+
+    # The listener acts on what the gate read; the store's decide script, not this read,
+    # is what keeps a second decision out (tests/test_repository.py).
+    assert isinstance(used, Handoff) and used.status is Status.PENDING
+    assert isinstance(read_again, Refusal) and "U0OTHER" in read_again.message
+
+
+def test_a_read_of_another_handoff_is_ignored(redis: Redis, handoffs: Handoffs) -> None:
+    first, second = _approval(handoffs), _approval(handoffs)
+    first_key = handoffs.store.keys.handoff(first.id)
+    handoffs.decide(second.id, "rejected", by="U0OTHER")
+
+    loaded = load_for(
+        _deps(redis, handoffs),
+        second.id,
+        REVIEWER,
+        via="button",
+        channel="C1",
+        prefetched=Prefetched(first_key, redis.hgetall(first_key)),
+    )
+
+    assert isinstance(loaded, Refusal) and "U0OTHER" in loaded.message
