@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 import time
@@ -137,6 +138,29 @@ def test_create_with_an_existing_id_does_not_overwrite_it(
     assert not again.created
     assert again.handoff.context == "first"
     assert snapshot(redis) == before
+
+
+def test_the_stored_request_leaves_unset_fields_out_and_keeps_the_agents_nulls(
+    redis: Redis, store: HandoffStore
+) -> None:
+    request = HandoffRequest.model_validate(
+        {
+            "run_id": "run-1",
+            "thread_id": "t-1",
+            "request_type": "approval",
+            "payload": {"kind": "approval", "action": {"name": "refund", "args": {"note": None}}},
+            "metadata": {"trace": None},
+        }
+    )
+    created = store.create(request, handoff_id=new_handoff_id()).handoff
+
+    stored = json.loads(redis.hget(store.keys.handoff(created.id), "request"))
+
+    assert "requester" not in stored and "args_schema" not in stored["payload"]["action"]
+    assert stored["payload"]["action"]["args"] == {"note": None}
+    assert stored["metadata"] == {"trace": None}
+    assert store.get(created.id) == created
+    assert created.payload.action.args_schema is None  # type: ignore[union-attr]
 
 
 def test_idempotency_key_reused_for_another_run_is_a_conflict(
