@@ -214,7 +214,7 @@ class HandoffStore:
                 request.request_type.value,
                 policy_json,
                 actor,
-                to_json({"run_id": request.run_id, "request_type": request.request_type}),
+                request.run_id,
             ],
         )
         created, stored_id = bool(int(result[0])), _text(result[1])
@@ -434,7 +434,9 @@ class HandoffStore:
                 self.keys.prefix,
                 handoff_id,
                 decision.outcome.value,
-                decision.model_dump_json(exclude={"decided_at"}),
+                # Unset fields (decided_at among them: the script records the time) are
+                # left out; reading the decision back gives them their defaults.
+                decision.model_dump_json(exclude_none=True),
                 decision.decided_by,
                 int(self.config.retention_seconds * 1000),
                 required_claimer,

@@ -161,7 +161,7 @@ end
 
 # KEYS[1] handoff hash.
 # ARGV: prefix, id, request json, idempotency key or '', expires in ms or 0, index keys json,
-#       has resume (1/0), request type, task settings json, actor, audit detail json.
+#       has resume (1/0), request type, task settings json, actor, run id (for the audit).
 CREATE = (
     PRELUDE
     + """
@@ -192,7 +192,7 @@ end
 if t.escalate_after_ms > 0 and t.escalate_to ~= '' then
   queue_task(hkey, id, 'escalate', now + t.escalate_after_ms)
 end
-audit(id, 'created', ARGV[10], now, cjson.decode(ARGV[11]))
+audit(id, 'created', ARGV[10], now, {run_id = ARGV[11], request_type = ARGV[8]})
 return {1, id, now, expires_at}
 """
 )
