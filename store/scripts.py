@@ -73,17 +73,32 @@ end
 
 -- Queue a task for the dispatcher with a fresh round of attempts. A task that is running
 -- is only marked dirty: it is queued again when the running attempt finishes, so two
--- attempts never overlap and the last one always sees the latest state.
-local function queue_task(hkey, id, k, at)
-  local f = redis.call('HMGET', hkey, k .. '_state', k .. '_attempt')
-  if f[1] == 'running' then
-    redis.call('HSET', hkey, k .. '_dirty', '1')
+-- attempts never overlap and the last one always sees the latest state. This adds the
+-- hash fields to ``set`` and the outbox entry to ``outbox`` (score, member), for the caller
+-- to write with one HSET and one ZADD; ``state`` and ``attempt`` are the task's as read.
+local function plan_task(set, outbox, id, k, at, state, attempt, max)
+  if state == 'running' then
+    table.insert(set, k .. '_dirty'); table.insert(set, '1')
     return
   end
-  redis.call('HSET', hkey, k .. '_state', 'queued',
-             k .. '_limit', tonumber(f[2] or 0) + max_attempts(hkey, k))
-  redis.call('ZADD', P .. 'outbox', at, k .. ':' .. id)
-  wake()
+  table.insert(set, k .. '_state'); table.insert(set, 'queued')
+  table.insert(set, k .. '_limit'); table.insert(set, tonumber(attempt or 0) + max)
+  table.insert(outbox, at); table.insert(outbox, k .. ':' .. id)
+end
+
+local function write_plan(hkey, set, outbox)
+  if #set > 0 then redis.call('HSET', hkey, unpack(set)) end
+  if #outbox > 0 then
+    redis.call('ZADD', P .. 'outbox', unpack(outbox))
+    wake()
+  end
+end
+
+local function queue_task(hkey, id, k, at)
+  local f = redis.call('HMGET', hkey, k .. '_state', k .. '_attempt')
+  local set, outbox = {}, {}
+  plan_task(set, outbox, id, k, at, f[1], f[2], max_attempts(hkey, k))
+  write_plan(hkey, set, outbox)
 end
 
 -- What closing a handoff reads, in one HMGET: closing is the hot path of every decision,
@@ -110,16 +125,6 @@ local function close_pending(id, hkey, f, status, decision, actor, event, at, re
   local version = tonumber(f.version or 0) + 1
   local set = {'status', status, 'decision', decision, 'decided_at', at, 'version', version}
   local outbox = {}
-  local function queue(k, when, max)
-    -- As queue_task, from the fields already read.
-    if f[k .. '_state'] == 'running' then
-      table.insert(set, k .. '_dirty'); table.insert(set, '1')
-      return
-    end
-    table.insert(set, k .. '_state'); table.insert(set, 'queued')
-    table.insert(set, k .. '_limit'); table.insert(set, tonumber(f[k .. '_attempt'] or 0) + max)
-    table.insert(outbox, when); table.insert(outbox, k .. ':' .. id)
-  end
   for _, key in ipairs(cjson.decode(f.indexes or '[]')) do
     redis.call('ZREM', key, id)
   end
@@ -135,15 +140,15 @@ local function close_pending(id, hkey, f, status, decision, actor, event, at, re
     end
   end
   if #timers > 0 then redis.call('ZREM', P .. 'outbox', unpack(timers)) end
-  if resume and f.has_resume == '1' then queue('resume', at, tonumber(t.resume_max)) end
+  if resume and f.has_resume == '1' then
+    plan_task(set, outbox, id, 'resume', at, f.resume_state, f.resume_attempt,
+              tonumber(t.resume_max))
+  end
   -- One millisecond later, so the dispatcher enqueues the resume first: the agent's run
   -- waits on it, while the message update can follow.
-  queue('notify', at + 1, tonumber(t.deliver_max))
-  redis.call('HSET', hkey, unpack(set))
-  if #outbox > 0 then
-    redis.call('ZADD', P .. 'outbox', unpack(outbox))
-    wake()
-  end
+  plan_task(set, outbox, id, 'notify', at + 1, f.notify_state, f.notify_attempt,
+            tonumber(t.deliver_max))
+  write_plan(hkey, set, outbox)
   redis.call('ZADD', P .. 'retention', at + retention_ms, id)
   audit(id, event, actor, at, {status = status})
   redis.call('PUBLISH', P .. 'decided:' .. id, status)
