@@ -37,6 +37,7 @@ one is removed only by the retention sweep once its resume has finished.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from store import defaults
@@ -54,7 +55,8 @@ class KeySpace:
                 f"namespace {self.namespace!r} must be non-empty, without braces, colons or spaces"
             )
 
-    @property
+    # The names used on every store call are built once per key space.
+    @functools.cached_property
     def prefix(self) -> str:
         """The common prefix, including the hash tag and the trailing colon."""
         return "{" + self.namespace + "}:"
@@ -67,7 +69,7 @@ class KeySpace:
         """The handoff's own audit list."""
         return f"{self.prefix}audit:{handoff_id}"
 
-    @property
+    @functools.cached_property
     def global_audit(self) -> str:
         """The namespace-wide audit stream."""
         return f"{self.prefix}audit"
@@ -76,7 +78,7 @@ class KeySpace:
         """Where the id created under an idempotency key is remembered."""
         return f"{self.prefix}idem:{key}"
 
-    @property
+    @functools.cached_property
     def pending(self) -> str:
         """All pending handoffs."""
         return f"{self.prefix}pending"
@@ -97,27 +99,27 @@ class KeySpace:
         """Pending handoffs of one request type."""
         return f"{self.prefix}pending:type:{request_type}"
 
-    @property
+    @functools.cached_property
     def deadlines(self) -> str:
         """Expiry times of pending handoffs."""
         return f"{self.prefix}deadlines"
 
-    @property
+    @functools.cached_property
     def outbox(self) -> str:
         """Deliveries and resumes waiting to be dispatched to RQ."""
         return f"{self.prefix}outbox"
 
-    @property
+    @functools.cached_property
     def failed(self) -> str:
         """Deliveries and resumes that used up their attempts."""
         return f"{self.prefix}failed"
 
-    @property
+    @functools.cached_property
     def retention(self) -> str:
         """Decided handoffs waiting for the retention sweep."""
         return f"{self.prefix}retention"
 
-    @property
+    @functools.cached_property
     def wake(self) -> str:
         """The dispatcher's wake-up list."""
         return f"{self.prefix}wake"

@@ -209,53 +209,52 @@ class Handoff(BaseModel):
     def from_redis_hash(cls, handoff_id: str, fields: dict[str, str]) -> Handoff:
         """Build a handoff from the decoded fields of its Redis hash.
 
-        This runs on every read and decision. Validating one flat dict is done in
-        pydantic-core and costs less than ``model_construct`` of the nested models would;
-        times stay epoch-millisecond strings, which pydantic-core turns into UTC datetimes.
+        This runs on every read and decision, so it is built for speed: the stored request
+        and decision are already JSON, and the handoff is validated from one JSON document
+        made of them and the hash's other fields, in a single pass of pydantic-core (about
+        half the time of decoding the JSON into dicts and validating those). The request's
+        own fields come first; what the hash says (reassigned routing, the effective
+        escalation target) is written after them and wins, as the last of duplicate keys
+        does in pydantic's JSON parsing (tests/test_models.py holds that). Times are
+        epoch-millisecond strings, which pydantic-core turns into UTC datetimes.
         """
-        request = json.loads(fields["request"])
-        # Reassignment changes the routing; the request itself is never rewritten.
-        channel = fields.get("channel_override") or request.get("channel")
-        reviewers = request.get("reviewers") or []
-        if fields.get("reviewers_override"):
-            reviewers = json.loads(fields["reviewers_override"])
-        decision = None
-        if fields.get("decision"):
-            decision = json.loads(fields["decision"])
-            decision["decided_at"] = stored_time(fields.get("decided_at"))
-        refs = fields.get("message_refs")
-        return cls.model_validate(
-            {
-                "id": handoff_id,
-                "run_id": request["run_id"],
-                "thread_id": request["thread_id"],
-                "request_type": request["request_type"],
-                "context": request.get("context", ""),
-                "payload": request["payload"],
-                "status": fields["status"],
-                "resume_data": decision,
-                "channel": channel,
-                "reviewers": reviewers,
-                "requester": request.get("requester"),
-                "agent_name": request.get("agent_name"),
-                "resume_target": request.get("resume_target"),
-                "idempotency_key": request.get("idempotency_key"),
-                "metadata": request.get("metadata") or {},
-                "created_at": fields["created_at"],
-                "decided_at": stored_time(fields.get("decided_at")),
-                "expires_at": stored_time(fields.get("expires_at")),
-                "claimed_by": fields.get("claimed_by") or None,
-                "claimed_at": stored_time(fields.get("claimed_at")),
-                "delivery": _task(fields, "deliver"),
-                "resume": _task(fields, "resume"),
-                "notify": _task(fields, "notify"),
-                "message_refs": json.loads(refs) if refs else {},
-                "escalate_to": _escalate_to(fields.get("policy") or ""),
-                "escalated_at": stored_time(fields.get("escalated_at")),
-                "reminders_sent": fields.get("remind_done", 0),
-                "version": fields.get("version", 0),
-            }
-        )
+        request = fields["request"]
+        parts = [
+            request[: request.rindex("}")],
+            ',"id":',
+            _quoted(handoff_id),
+            ',"status":',
+            _quoted(fields["status"]),
+            ',"created_at":',
+            _quoted(fields["created_at"]),
+            ',"version":',
+            _quoted(fields.get("version") or "0"),
+        ]
+        decided_at = stored_time(fields.get("decided_at"))
+        if decided_at:
+            parts += (',"decided_at":', _quoted(decided_at))
+        decision = fields.get("decision")
+        if decision:
+            parts += (',"resume_data":', decision[: decision.rindex("}")])
+            parts += (',"decided_at":', _quoted(decided_at) if decided_at else "null", "}")
+        for name, stored in _OPTIONAL_TIMES:
+            value = stored_time(fields.get(stored))
+            if value:
+                parts += (f',"{name}":', _quoted(value))
+        for name, stored in _OPTIONAL_TEXTS:
+            value = fields.get(stored)
+            if value:
+                parts += (f',"{name}":', _quoted(value))
+        for name, stored in _OPTIONAL_JSON:
+            value = fields.get(stored)
+            if value:
+                parts += (f',"{name}":', value)
+        escalate_to = _escalate_to(fields.get("policy") or "")
+        parts += (',"escalate_to":', _quoted(escalate_to) if escalate_to else "null")
+        for name, prefix in _TASKS:
+            parts += (f',"{name}":', _task_json(fields, prefix))
+        parts.append("}")
+        return cls.model_validate_json("".join(parts))
 
     @classmethod
     def from_request(
@@ -265,7 +264,7 @@ class Handoff(BaseModel):
         *,
         created_at: datetime | str,
         expires_at: datetime | str | None,
-        delivery: TaskProgress,
+        delivery: TaskProgress | dict[str, Any],
         escalate_to: str | None,
     ) -> Handoff:
         """The handoff a create just stored, built from the (validated) request itself
@@ -343,15 +342,43 @@ def stored_time(value: str | None) -> str | None:
     return value
 
 
-def _task(fields: dict[str, str], prefix: str) -> dict[str, Any]:
-    """A task's progress as stored in the flat hash (``deliver_state``, ...)."""
-    return {
-        "state": fields.get(prefix + "_state", "none"),
-        "attempt": fields.get(prefix + "_attempt", 0),
-        "max_attempts": fields.get(prefix + "_limit", 0),
-        "last_error": fields.get(prefix + "_error") or None,
-        "completed_at": stored_time(fields.get(prefix + "_done_at")),
-    }
+# Hash fields read into the handoff document besides the request, the decision and the
+# tasks: (handoff field, hash field).
+_OPTIONAL_TIMES = (
+    ("expires_at", "expires_at"),
+    ("claimed_at", "claimed_at"),
+    ("escalated_at", "escalated_at"),
+)
+_OPTIONAL_TEXTS = (
+    ("claimed_by", "claimed_by"),
+    ("channel", "channel_override"),
+    ("reminders_sent", "remind_done"),
+)
+_OPTIONAL_JSON = (
+    ("reviewers", "reviewers_override"),
+    ("message_refs", "message_refs"),
+)
+_TASKS = (("delivery", "deliver"), ("resume", "resume"), ("notify", "notify"))
+
+# The C string encoder behind json.dumps: a str as a JSON string literal, quotes included.
+_quoted = json.encoder.encode_basestring
+
+
+def _task_json(fields: dict[str, str], prefix: str) -> str:
+    """A task's progress as stored in the flat hash (``deliver_state``, ...), as JSON."""
+    parts = ['{"state":', _quoted(fields.get(prefix + "_state") or "none")]
+    for name, suffix in (("attempt", "_attempt"), ("max_attempts", "_limit")):
+        value = fields.get(prefix + suffix)
+        if value:
+            parts += (f',"{name}":', _quoted(value))
+    error = fields.get(prefix + "_error")
+    if error:
+        parts += (',"last_error":', _quoted(error))
+    done_at = stored_time(fields.get(prefix + "_done_at"))
+    if done_at:
+        parts += (',"completed_at":', _quoted(done_at))
+    parts.append("}")
+    return "".join(parts)
 
 
 @functools.lru_cache(maxsize=64)

@@ -59,6 +59,18 @@ def _resumes(slack: SlackEnv, handoff_id: str) -> list[dict]:
     return [e for e in entries if e["handoff_id"] == handoff_id]
 
 
+def _settled(slack: SlackEnv, *handoff_ids: str) -> None:
+    """Wait until the worker has delivered these handoffs and finished its own refreshes
+    of the Homes after each: one still in flight could publish a Home built before a later
+    change over the one this test checks."""
+    for handoff_id in handoff_ids:
+        wait_for(
+            lambda handoff_id=handoff_id: (
+                slack.handoffs.get(handoff_id).delivery.state is TaskState.COMPLETED
+            )
+        )
+
+
 def test_home_shows_the_viewers_queue_oldest_first_and_their_recent_decisions(
     slack: SlackEnv,
 ) -> None:
@@ -144,6 +156,7 @@ def test_refresh_homes_republishes_the_homes_of_viewers_who_may_decide(slack: Sl
     client = WebClient(token=BOT_TOKEN, base_url=slack.standin.api_url)
     policy = ReviewerPolicy(client, slack.redis, store.keys, admins={ADMIN})
     handoff_id = slack.refund_approval(reviewers=[ALICE])
+    _settled(slack, handoff_id)
 
     def publishes(user: str) -> int:
         return sum(1 for c in slack.standin.calls("views.publish") if c.params["user_id"] == user)
@@ -170,6 +183,7 @@ def test_refresh_skips_homes_whose_full_queue_would_not_show_the_change(
     policy = ReviewerPolicy(client, slack.redis, store.keys, admins={ADMIN})
 
     newest = slack.refund_approval(reviewers=[ALICE])
+    _settled(slack, *oldest, newest)
     assert refresh_homes(client, store, policy, store.get(newest)) == 0  # below the fold
     decided = store.decide(min(oldest), "approved", decided_by=BOB)
     assert refresh_homes(client, store, policy, decided) == 1  # it was on her Home

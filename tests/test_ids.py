@@ -69,3 +69,15 @@ def test_is_handoff_id_rejects_other_shapes() -> None:
     assert not is_handoff_id(valid[:-1])
     assert not is_handoff_id("ho_" + "U" * 26)  # Crockford base32 has no U
     assert not is_handoff_id("")
+
+
+@given(at_ms=st.integers(min_value=0, max_value=MAX_ULID_MS))
+def test_an_id_spells_its_millisecond_in_its_first_ten_digits(at_ms: int) -> None:
+    digits = new_handoff_id(at_ms).removeprefix(HANDOFF_ID_PREFIX)
+
+    value = 0
+    for digit in digits:
+        value = value * 32 + "0123456789ABCDEFGHJKMNPQRSTVWXYZ".index(digit)
+
+    assert value >> 80 == at_ms
+    assert digits[:10] == new_handoff_id(at_ms)[3:13]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 
 import pytest
@@ -40,7 +41,7 @@ def every_key(keys: KeySpace, sample: str) -> dict[str, str]:
     for name, member in inspect.getmembers(type(keys)):
         if name.startswith("_"):
             continue
-        if isinstance(member, property):
+        if isinstance(member, property | functools.cached_property):
             names[name] = getattr(keys, name)
         elif inspect.isfunction(member):
             method = getattr(keys, name)

@@ -195,6 +195,45 @@ def test_from_redis_hash_reads_every_stored_field() -> None:
     assert handoff.version == 4
 
 
+def test_from_redis_hash_takes_the_hash_over_the_request_and_keeps_any_text_intact() -> None:
+    # The handoff is validated from one JSON document in which the hash's fields follow the
+    # request's: a reassigned channel or reviewer list and the policy's escalation target
+    # must win over what the request said, and free text must survive any character.
+    request = HandoffRequest.model_validate(
+        request_data("question", channel="C1", reviewers=["U1"], escalate_to="C_REQUEST")
+    )
+    awkward = 'quote " backslash \\ newline \n tab \t nul \x00 emoji \U0001f600 </script>'
+    fields = {
+        # The request as stored before unset fields were left out (nulls included).
+        "request": request.model_dump_json(),
+        "status": "answered",
+        "decision": ResumeData(
+            decision_id="d-1", outcome=Status.ANSWERED, decided_by="U2", answer=awkward
+        ).model_dump_json(),
+        "created_at": "1700000000000",
+        "decided_at": "1700000005000",
+        "channel_override": "C2",
+        "reviewers_override": json.dumps(["U2", "S3"]),
+        "policy": json.dumps({"escalate_to": "C_POLICY"}),
+        "claimed_by": awkward,
+        "resume_state": "failed",
+        "resume_error": awkward,
+        "remind_done": "2",
+    }
+
+    handoff = Handoff.from_redis_hash("ho_X", fields)
+
+    assert (handoff.channel, handoff.reviewers) == ("C2", ["U2", "S3"])
+    assert handoff.escalate_to == "C_POLICY"
+    assert handoff.claimed_by == awkward
+    assert handoff.resume.last_error == awkward
+    assert handoff.resume_data is not None
+    assert handoff.resume_data.answer == awkward
+    assert handoff.resume_data.decided_at == datetime(2023, 11, 14, 22, 13, 25, tzinfo=UTC)
+    assert handoff.reminders_sent == 2
+    assert handoff.version == 0
+
+
 def test_stored_handoff_reads_back_as_created(redis: Redis) -> None:
     store = HandoffStore(redis)
     request = HandoffRequest.model_validate(
