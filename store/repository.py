@@ -788,11 +788,7 @@ def _ms_to_datetime(value: str) -> datetime | None:
 
 def _handoff_from_flat(handoff_id: str, flat: list[bytes]) -> Handoff:
     """A handoff from a script's ``HGETALL`` reply (field, value, field, value, ...)."""
-    items = (
-        [_text(item) for item in flat]
-        if flat and not isinstance(flat[0], bytes)
-        else list(map(bytes.decode, flat))
-    )
+    items = [item.decode() if isinstance(item, bytes) else item for item in flat]
     return Handoff.from_redis_hash(handoff_id, dict(zip(items[::2], items[1::2], strict=True)))
 
 
