@@ -152,7 +152,7 @@ class _CaptureCreate:
     keys: list[Any] | None = None
     args: list[Any] | None = None
 
-    def __call__(self, keys: list[Any], args: list[Any], client: Any = None) -> Any:
+    def __call__(self, keys: list[Any], args: list[Any]) -> Any:
         self.keys, self.args = keys, args
         raise _Captured
 
@@ -170,7 +170,7 @@ def fill(redis: Redis, store: HandoffStore, count: int) -> float:
         for index in range(first, min(count, first + CREATE_BATCH)):
             with contextlib.suppress(_Captured):
                 capturing.create(request_for(index), handoff_id=new_handoff_id())
-            script(keys=capture.keys, args=capture.args, client=pipe)
+            script.queue(pipe, keys=capture.keys or [], args=capture.args or [])
         pipe.execute()
         if (first // CREATE_BATCH) % 20 == 19:
             progress(f"{first + CREATE_BATCH:,} created")

@@ -17,7 +17,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from bot import signing
-from bot.replay import ReplayGuard
+from bot.replay import Prefetched, PrefetchRead, ReplayGuard
 from bot.request_shape import MalformedRequest, parse_body
 
 logger = logging.getLogger(__name__)
@@ -42,14 +42,6 @@ SSL_CHECK_MAX_BYTES = 256
 
 
 @dataclass(frozen=True)
-class Prefetched:
-    """A Redis hash read together with the replay check, for the listener to use."""
-
-    key: str
-    fields: dict[bytes, bytes]
-
-
-@dataclass(frozen=True)
 class Admitted:
     """A request that passed the gate: its raw body, the body parsed (as Bolt parses it),
     and what was read for it along the way, if anything."""
@@ -59,8 +51,8 @@ class Admitted:
     prefetched: Prefetched | None = None
 
 
-HashToRead = Callable[[dict[str, Any]], str | None]
-"""Names the Redis hash a parsed request's listener will read first, if one is known."""
+ReadFor = Callable[[dict[str, Any]], PrefetchRead | None]
+"""The read a parsed request's listener will make first, if one is known."""
 
 
 class RequestGate:
@@ -81,14 +73,14 @@ class RequestGate:
         replay: ReplayGuard,
         *,
         max_body_bytes: int = MAX_BODY_BYTES,
-        hash_to_read: HashToRead | None = None,
+        read_for: ReadFor | None = None,
     ) -> None:
         self.signing_secret = signing_secret
         self.replay = replay
         self.max_body_bytes = max_body_bytes
-        # The hash is read in the replay check's round trip (it is only a read, and a
+        # The read is made in the replay check's round trip (it is only a read, and a
         # refused request never gets to use it).
-        self.hash_to_read = hash_to_read
+        self.read_for = read_for
 
     def admit(self, environ: dict[str, Any]) -> Admitted | Rejection:
         """The body of a request that may go on to Bolt, or the reason to refuse it."""
@@ -112,14 +104,12 @@ class RequestGate:
         retry_num = environ.get("HTTP_X_SLACK_RETRY_NUM")
         is_event = body.get("type") == "event_callback"
         sent_at = signing.request_time(timestamp) or 0
-        hash_key = None if is_event or self.hash_to_read is None else self.hash_to_read(body)
-        prefetched = None
-        if hash_key is not None:
-            first, fields = self.replay.first_use_and_read(
-                str(signature), sent_at=sent_at, hash_key=hash_key
+        read = None if is_event or self.read_for is None else self.read_for(body)
+        prefetched: Prefetched | None = None
+        if read is not None:
+            first, prefetched = self.replay.first_use_and_read(
+                str(signature), sent_at=sent_at, read=read
             )
-            if fields is not None:
-                prefetched = Prefetched(hash_key, fields)
         else:
             first = self.replay.first_use(
                 str(signature), sent_at=sent_at, retry_num=retry_num if is_event else None

@@ -20,8 +20,12 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 from redis import Redis
+from redis.client import Pipeline
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -35,6 +39,24 @@ CLOCK_MARGIN_SECONDS = 60
 
 MAX_RETRY_NUM = 10
 """Highest ``X-Slack-Retry-Num`` taken as a retry (Slack retries an event 3 times)."""
+
+
+@dataclass(frozen=True)
+class PrefetchRead:
+    """A read to make in the replay check's round trip: the key it reads, and how to add
+    the read (one command) to a pipeline."""
+
+    key: str
+    queue: Callable[[Pipeline], None]
+
+
+@dataclass(frozen=True)
+class Prefetched:
+    """A read made together with the replay check, for the listener to use: the key it
+    read and the reply as Redis gave it."""
+
+    key: str
+    reply: Any
 
 
 class ReplayGuard:
@@ -66,10 +88,10 @@ class ReplayGuard:
             return True
 
     def first_use_and_read(
-        self, signature: str, *, sent_at: int, hash_key: str
-    ) -> tuple[bool, dict[bytes, bytes] | None]:
-        """``first_use`` (for a request that is not an event), and the hash at ``hash_key``
-        read in the same round trip; the hash is None when Redis cannot be reached.
+        self, signature: str, *, sent_at: int, read: PrefetchRead
+    ) -> tuple[bool, Prefetched | None]:
+        """``first_use`` (for a request that is not an event), and ``read`` made in the
+        same round trip; no ``Prefetched`` when the read failed or Redis cannot be reached.
 
         A click on a handoff button reads its handoff first thing: reading it here saves
         the click a round trip to Redis.
@@ -77,13 +99,20 @@ class ReplayGuard:
         key, ttl = self._marker(signature, sent_at=sent_at, retry_num=None)
         pipe = self.redis.pipeline(transaction=False)
         pipe.set(key, "1", nx=True, ex=ttl)
-        pipe.hgetall(hash_key)
+        read.queue(pipe)
         try:
-            first, fields = pipe.execute()
+            first, reply = pipe.execute(raise_on_error=False)
         except (RedisConnectionError, RedisTimeoutError):
             logger.warning("replay check skipped: Redis is unavailable")
             return True, None
-        return bool(first), fields
+        if isinstance(first, Exception):
+            raise first
+        if isinstance(reply, Exception):
+            # Such as a script the server has not loaded since it restarted: the listener
+            # reads for itself, which loads it.
+            logger.debug("prefetch of %s failed: %s", read.key, reply)
+            return bool(first), None
+        return bool(first), Prefetched(read.key, reply)
 
     def _marker(self, signature: str, *, sent_at: int, retry_num: str | None) -> tuple[str, int]:
         """The key remembering this request, and for how many seconds it must be kept."""

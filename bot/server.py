@@ -18,8 +18,8 @@ from bot.config import Settings
 from bot.gate import Admitted, Rejection, RequestGate
 from bot.keys import BotKeys
 from bot.replay import ReplayGuard
-from handlers.prefetch import PREFETCHED_KEY, clicked_handoff_hash
-from store.keys import KeySpace
+from handlers.prefetch import PREFETCHED_KEY, clicked_handoff_read
+from store.repository import HandoffStore
 
 logger = logging.getLogger(__name__)
 
@@ -126,11 +126,9 @@ def build_wsgi_app(settings: Settings) -> WSGIApp:
         socket_connect_timeout=SERVE_REDIS_CONNECT_TIMEOUT_SECONDS,
         socket_timeout=SERVE_REDIS_TIMEOUT_SECONDS,
     )
-    keys = KeySpace(settings.namespace)
-    replay = ReplayGuard(redis, BotKeys(keys))
-    gate = RequestGate(
-        settings.slack_signing_secret, replay, hash_to_read=clicked_handoff_hash(keys)
-    )
+    store = HandoffStore(redis, settings.store_config())
+    replay = ReplayGuard(redis, BotKeys(store.keys))
+    gate = RequestGate(settings.slack_signing_secret, replay, read_for=clicked_handoff_read(store))
     return make_wsgi_app(create_app(settings, redis=redis), redis, gate=gate)
 
 

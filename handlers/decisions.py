@@ -13,7 +13,7 @@ from typing import Any
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from bot.gate import Prefetched
+from bot.replay import Prefetched
 from bot.views import already_decided_text
 from handlers.deps import HandlerDeps
 from handlers.origin import Origin, shows_handoff
@@ -74,7 +74,7 @@ def load_for(
         return Refusal(NOT_FOUND)
     try:
         if prefetched is not None and prefetched.key == deps.store.keys.handoff(handoff_id):
-            handoff = deps.store.from_hash(handoff_id, prefetched.fields)
+            handoff = deps.store.from_document(handoff_id, prefetched.reply)
         else:
             handoff = deps.store.get(handoff_id)
         if not handoff.is_pending:

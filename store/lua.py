@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from redis import Redis
+from redis.client import Pipeline
 from redis.exceptions import NoScriptError
 
 
@@ -20,16 +21,36 @@ class LuaScript:
     def __init__(self, redis: Redis, text: str) -> None:
         self._redis = redis
         self._script = redis.register_script(text)
+        # Whether this client has seen the server know the script (a call worked, or it
+        # loaded it): pipelined calls cannot load it on demand.
+        self._seen_loaded = False
 
-    def __call__(self, keys: Sequence[Any], args: Sequence[Any], client: Any | None = None) -> Any:
-        """Run the script on ``keys`` with ``args``; ``client`` may be a pipeline."""
-        if client is not None:
-            return self._script(keys=keys, args=args, client=client)
+    def __call__(self, keys: Sequence[Any], args: Sequence[Any]) -> Any:
+        """Run the script on ``keys`` with ``args``."""
         try:
-            return self._evalsha(keys, args)
+            result = self._evalsha(keys, args)
         except NoScriptError:
-            self._script.sha = self._redis.script_load(self._script.script)
-            return self._evalsha(keys, args)
+            self._load()
+            result = self._evalsha(keys, args)
+        self._seen_loaded = True
+        return result
+
+    def queue(self, pipe: Pipeline, keys: Sequence[Any], args: Sequence[Any]) -> None:
+        """Add a call of the script to ``pipe``.
+
+        The script is loaded first if this client never saw the server know it. A server
+        that lost it since (restarted, flushed) makes the pipeline's reply for this call a
+        ``NoScriptError``, which the caller handles; a direct call then loads it again.
+        redis-py's own pipelined scripts cost an extra ``SCRIPT EXISTS`` round trip on
+        every execute instead.
+        """
+        if not self._seen_loaded:
+            self._load()
+            self._seen_loaded = True
+        pipe.execute_command("EVALSHA", self._script.sha, len(keys), *keys, *args)
+
+    def _load(self) -> None:
+        self._script.sha = self._redis.script_load(self._script.script)
 
     def _evalsha(self, keys: Sequence[Any], args: Sequence[Any]) -> Any:
         return self._redis.execute_command("EVALSHA", self._script.sha, len(keys), *keys, *args)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import json
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -206,57 +205,6 @@ class Handoff(BaseModel):
         return self.status is Status.PENDING
 
     @classmethod
-    def from_redis_hash(cls, handoff_id: str, fields: dict[str, str]) -> Handoff:
-        """Build a handoff from the decoded fields of its Redis hash.
-
-        This runs on every read and decision, so it is built for speed: the stored request
-        and decision are already JSON, and the handoff is validated from one JSON document
-        made of them and the hash's other fields, in a single pass of pydantic-core (about a
-        quarter less time than decoding the JSON into dicts and validating those). The request's
-        own fields come first; what the hash says (reassigned routing, the effective
-        escalation target) is written after them and wins, as the last of duplicate keys
-        does in pydantic's JSON parsing (tests/test_models.py holds that). Times are
-        epoch-millisecond strings, which pydantic-core turns into UTC datetimes.
-        """
-        request = fields["request"]
-        parts = [
-            request[: request.rindex("}")],
-            ',"id":',
-            _quoted(handoff_id),
-            ',"status":',
-            _quoted(fields["status"]),
-            ',"created_at":',
-            _quoted(fields["created_at"]),
-            ',"version":',
-            _quoted(fields.get("version") or "0"),
-        ]
-        decided_at = stored_time(fields.get("decided_at"))
-        if decided_at:
-            parts += (',"decided_at":', _quoted(decided_at))
-        decision = fields.get("decision")
-        if decision:
-            parts += (',"resume_data":', decision[: decision.rindex("}")])
-            parts += (',"decided_at":', _quoted(decided_at) if decided_at else "null", "}")
-        for name, stored in _OPTIONAL_TIMES:
-            value = stored_time(fields.get(stored))
-            if value:
-                parts += (f',"{name}":', _quoted(value))
-        for name, stored in _OPTIONAL_TEXTS:
-            value = fields.get(stored)
-            if value:
-                parts += (f',"{name}":', _quoted(value))
-        for name, stored in _OPTIONAL_JSON:
-            value = fields.get(stored)
-            if value:
-                parts += (f',"{name}":', value)
-        escalate_to = _escalate_to(fields.get("policy") or "")
-        parts += (',"escalate_to":', _quoted(escalate_to) if escalate_to else "null")
-        for name, prefix in _TASKS:
-            parts += (f',"{name}":', _task_json(fields, prefix))
-        parts.append("}")
-        return cls.model_validate_json("".join(parts))
-
-    @classmethod
     def from_request(
         cls,
         handoff_id: str,
@@ -340,50 +288,3 @@ def stored_time(value: str | None) -> str | None:
     if not value or value == "0":
         return None
     return value
-
-
-# Hash fields read into the handoff document besides the request, the decision and the
-# tasks: (handoff field, hash field).
-_OPTIONAL_TIMES = (
-    ("expires_at", "expires_at"),
-    ("claimed_at", "claimed_at"),
-    ("escalated_at", "escalated_at"),
-)
-_OPTIONAL_TEXTS = (
-    ("claimed_by", "claimed_by"),
-    ("channel", "channel_override"),
-    ("reminders_sent", "remind_done"),
-)
-_OPTIONAL_JSON = (
-    ("reviewers", "reviewers_override"),
-    ("message_refs", "message_refs"),
-)
-_TASKS = (("delivery", "deliver"), ("resume", "resume"), ("notify", "notify"))
-
-# The C string encoder behind json.dumps: a str as a JSON string literal, quotes included.
-_quoted = json.encoder.encode_basestring
-
-
-def _task_json(fields: dict[str, str], prefix: str) -> str:
-    """A task's progress as stored in the flat hash (``deliver_state``, ...), as JSON."""
-    parts = ['{"state":', _quoted(fields.get(prefix + "_state") or "none")]
-    for name, suffix in (("attempt", "_attempt"), ("max_attempts", "_limit")):
-        value = fields.get(prefix + suffix)
-        if value:
-            parts += (f',"{name}":', _quoted(value))
-    error = fields.get(prefix + "_error")
-    if error:
-        parts += (',"last_error":', _quoted(error))
-    done_at = stored_time(fields.get(prefix + "_done_at"))
-    if done_at:
-        parts += (',"completed_at":', _quoted(done_at))
-    parts.append("}")
-    return "".join(parts)
-
-
-@functools.lru_cache(maxsize=64)
-def _escalate_to(policy: str) -> str | None:
-    # Handoffs share a handful of policies: parse each once.
-    if not policy:
-        return None
-    return json.loads(policy).get("escalate_to") or None

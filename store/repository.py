@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic_core import to_json
 from redis import Redis
+from redis.client import Pipeline
 
 from store import defaults, scripts
 from store.exceptions import (
@@ -168,6 +169,8 @@ class HandoffStore:
                 "PURGE_DECIDED",
                 "RECORD_AUDIT",
                 "REASSIGN",
+                "READ",
+                "READ_MANY",
             )
         }
 
@@ -259,26 +262,38 @@ class HandoffStore:
 
     def get(self, handoff_id: str) -> Handoff:
         """The handoff with this id; raises ``HandoffNotFound``."""
-        return self.from_hash(handoff_id, self.redis.hgetall(self.keys.handoff(handoff_id)))
+        document = self._scripts["READ"](
+            keys=[self.keys.handoff(handoff_id)], args=[self.keys.prefix, handoff_id]
+        )
+        return self.from_document(handoff_id, document)
 
-    def from_hash(self, handoff_id: str, fields: dict[Any, Any]) -> Handoff:
-        """The handoff from its hash as read (``HGETALL``) elsewhere, such as in a
-        pipeline; raises ``HandoffNotFound`` for an empty one."""
-        if not fields:
+    def queue_read(self, pipe: Pipeline, handoff_id: str) -> None:
+        """Add the read of a handoff's document to ``pipe``, for ``from_document``.
+
+        The pipeline's reply is a ``NoScriptError`` when the server has not loaded the
+        store's scripts yet (after a restart): read with ``get`` then.
+        """
+        self._scripts["READ"].queue(
+            pipe, keys=[self.keys.handoff(handoff_id)], args=[self.keys.prefix, handoff_id]
+        )
+
+    def from_document(self, handoff_id: str, document: bytes | str | None) -> Handoff:
+        """The handoff from its document as the store's scripts return it (read in a
+        pipeline, say, with ``queue_read``); raises ``HandoffNotFound`` for none."""
+        if not document:
             raise HandoffNotFound(handoff_id)
-        return Handoff.from_redis_hash(handoff_id, _decode_hash(fields))
+        return Handoff.model_validate_json(document)
 
     def get_many(self, handoff_ids: Iterable[str]) -> list[Handoff]:
         """The handoffs that still exist among ``handoff_ids``, in the same order."""
         ids = list(handoff_ids)
-        pipe = self.redis.pipeline(transaction=False)
-        for handoff_id in ids:
-            pipe.hgetall(self.keys.handoff(handoff_id))
-        found = []
-        for handoff_id, fields in zip(ids, pipe.execute(), strict=True):
-            if fields:
-                found.append(Handoff.from_redis_hash(handoff_id, _decode_hash(fields)))
-        return found
+        if not ids:
+            return []
+        documents = self._scripts["READ_MANY"](
+            keys=[self.keys.handoff(handoff_id) for handoff_id in ids],
+            args=[self.keys.prefix, *ids],
+        )
+        return [Handoff.model_validate_json(document) for document in documents if document]
 
     def list_pending(
         self, index_key: str | None = None, *, cursor: str | None = None, limit: int = 20
@@ -451,7 +466,7 @@ class HandoffStore:
                 extra={"handoff_id": handoff_id, "actor": decision.decided_by, "via": decision.via},
             )
             if current is None:
-                return _handoff_from_flat(handoff_id, result[1])
+                return self.from_document(handoff_id, result[1])
             decided_at = _ms_to_datetime(_text(result[1]))
             return current.model_copy(
                 update={
@@ -527,7 +542,7 @@ class HandoffStore:
         if verdict == "already":
             raise _already_decided(handoff_id, result)
         logger.info("handoff reassigned", extra={"handoff_id": handoff_id, "actor": by})
-        return _handoff_from_flat(handoff_id, result[1])
+        return self.from_document(handoff_id, result[1])
 
     def claim(self, handoff_id: str, *, claimed_by: str, take_over: bool = False) -> Handoff:
         """Take ownership of a pending escalation before resolving it."""
@@ -592,7 +607,7 @@ class HandoffStore:
         return TaskStart(
             action="run",
             attempt=int(result[1]),
-            handoff=_handoff_from_flat(handoff_id, result[2]),
+            handoff=self.from_document(handoff_id, result[2]),
         )
 
     def finish_task(
@@ -786,20 +801,10 @@ def _ms_to_datetime(value: str) -> datetime | None:
     return datetime.fromtimestamp(int(value) / 1000, tz=UTC)
 
 
-def _handoff_from_flat(handoff_id: str, flat: list[bytes]) -> Handoff:
-    """A handoff from a script's ``HGETALL`` reply (field, value, field, value, ...)."""
-    items = [item.decode() if isinstance(item, bytes) else item for item in flat]
-    return Handoff.from_redis_hash(handoff_id, dict(zip(items[::2], items[1::2], strict=True)))
-
-
 def _text(value: Any) -> str:
     if isinstance(value, bytes):
         return value.decode()
     return str(value)
-
-
-def _decode_hash(fields: dict[Any, Any]) -> dict[str, str]:
-    return {_text(k): _text(v) for k, v in fields.items()}
 
 
 __all__ = [

@@ -115,6 +115,95 @@ local function read_fields(hkey, names)
   return f
 end
 
+-- A handoff as one JSON document, the one form in which handoffs leave Redis (the
+-- client validates it as a Handoff in one pass). The stored request comes first; the hash
+-- fields written after it win, as the last of duplicate keys does when pydantic parses
+-- JSON: so a reassigned channel or reviewer list and the policy's escalation target
+-- override the request's. Unset optional fields are left out (or null) and read as their
+-- defaults. Times are epoch-millisecond strings, which pydantic reads as UTC datetimes.
+local DOC_TIMES = {{'expires_at', 'expires_at'}, {'claimed_at', 'claimed_at'},
+                   {'escalated_at', 'escalated_at'}}
+local DOC_TEXTS = {{'claimed_by', 'claimed_by'}, {'channel', 'channel_override'},
+                   {'reminders_sent', 'remind_done'}}
+local DOC_JSON = {{'reviewers', 'reviewers_override'}, {'message_refs', 'message_refs'}}
+local DOC_TASKS = {{'delivery', 'deliver'}, {'resume', 'resume'}, {'notify', 'notify'}}
+
+local function is_set(value)
+  return value ~= nil and value ~= false and value ~= '' and value ~= '0'
+end
+
+-- A JSON object without its closing brace, to append fields to.
+local function open_object(json)
+  return string.sub(json, 1, string.match(json, '^.*()}') - 1)
+end
+
+local function task_document(f, k)
+  local state = f[k .. '_state']
+  if not state or state == '' then state = 'none' end
+  local parts = {'{"state":', cjson.encode(state)}
+  if is_set(f[k .. '_attempt']) then
+    table.insert(parts, ',"attempt":' .. cjson.encode(f[k .. '_attempt']))
+  end
+  if is_set(f[k .. '_limit']) then
+    table.insert(parts, ',"max_attempts":' .. cjson.encode(f[k .. '_limit']))
+  end
+  if f[k .. '_error'] and f[k .. '_error'] ~= '' then
+    table.insert(parts, ',"last_error":' .. cjson.encode(f[k .. '_error']))
+  end
+  if is_set(f[k .. '_done_at']) then
+    table.insert(parts, ',"completed_at":' .. cjson.encode(f[k .. '_done_at']))
+  end
+  table.insert(parts, '}')
+  return table.concat(parts)
+end
+
+-- The document of the handoff in ``hkey``, or false when there is none.
+local function handoff_document(hkey, id)
+  local flat = redis.call('HGETALL', hkey)
+  if #flat == 0 then return false end
+  local f = {}
+  for i = 1, #flat, 2 do f[flat[i]] = flat[i + 1] end
+  local parts = {open_object(f.request), ',"id":', cjson.encode(id),
+                 ',"status":', cjson.encode(f.status),
+                 ',"created_at":', cjson.encode(f.created_at),
+                 ',"version":', cjson.encode(f.version or '0')}
+  local decided_at = 'null'
+  if is_set(f.decided_at) then
+    decided_at = cjson.encode(f.decided_at)
+    table.insert(parts, ',"decided_at":' .. decided_at)
+  end
+  if f.decision and f.decision ~= '' then
+    table.insert(parts, ',"resume_data":' .. open_object(f.decision)
+                        .. ',"decided_at":' .. decided_at .. '}')
+  end
+  for _, pair in ipairs(DOC_TIMES) do
+    if is_set(f[pair[2]]) then
+      table.insert(parts, ',"' .. pair[1] .. '":' .. cjson.encode(f[pair[2]]))
+    end
+  end
+  for _, pair in ipairs(DOC_TEXTS) do
+    local value = f[pair[2]]
+    if value and value ~= '' then
+      table.insert(parts, ',"' .. pair[1] .. '":' .. cjson.encode(value))
+    end
+  end
+  for _, pair in ipairs(DOC_JSON) do
+    local value = f[pair[2]]
+    if value and value ~= '' then table.insert(parts, ',"' .. pair[1] .. '":' .. value) end
+  end
+  local escalate_to = cjson.decode(f.policy or '{}').escalate_to
+  if type(escalate_to) == 'string' and escalate_to ~= '' then
+    table.insert(parts, ',"escalate_to":' .. cjson.encode(escalate_to))
+  else
+    table.insert(parts, ',"escalate_to":null')
+  end
+  for _, pair in ipairs(DOC_TASKS) do
+    table.insert(parts, ',"' .. pair[1] .. '":' .. task_document(f, pair[2]))
+  end
+  table.insert(parts, '}')
+  return table.concat(parts)
+end
+
 -- Move a pending handoff to a final status: the decision, its audit event, the index
 -- updates and the resume (outbox entry) commit together. ``f`` holds CLOSE_FIELDS as read
 -- in this script run; the hash gets one HSET and the outbox one ZADD.
@@ -231,7 +320,7 @@ end
 local version = close_pending(id, hkey, f, ARGV[3], ARGV[4], ARGV[5], ARGV[8], now,
                               tonumber(ARGV[6]), ARGV[9] == '1')
 if ARGV[11] == '0' then return {'ok', now, version} end
-return {'ok', redis.call('HGETALL', hkey)}
+return {'ok', handoff_document(hkey, id)}
 """
 )
 
@@ -275,7 +364,7 @@ if (k == 'remind' or k == 'escalate') and redis.call('HGET', hkey, 'status') ~= 
   return {'none'}
 end
 if state == 'running' and tonumber(f[4] or 0) > now then
-  if f[5] == token then return {'run', tonumber(f[2]), redis.call('HGETALL', hkey)} end
+  if f[5] == token then return {'run', tonumber(f[2]), handoff_document(hkey, id)} end
   return {'busy'}
 end
 local attempt = tonumber(f[2] or 0) + 1
@@ -295,7 +384,7 @@ redis.call('HINCRBY', hkey, 'version', 1)
 -- If this attempt dies, the dispatcher finds the entry again once the lease has lapsed.
 redis.call('ZADD', P .. 'outbox', lease, member)
 audit(id, EVENTS[k].started, 'worker', now, {attempt = attempt})
-return {'run', attempt, redis.call('HGETALL', hkey)}
+return {'run', attempt, handoff_document(hkey, id)}
 """
 )
 
@@ -493,6 +582,26 @@ redis.call('HINCRBY', hkey, 'version', 1)
 -- A fresh delivery posts to the new place and points the old message there.
 queue_task(hkey, id, 'deliver', now)
 audit(id, 'reassigned', ARGV[3], now, {channel = ARGV[4], reviewers = ARGV[5]})
-return {'ok', redis.call('HGETALL', hkey)}
+return {'ok', handoff_document(hkey, id)}
+"""
+)
+
+# KEYS[1] handoff hash.  ARGV: prefix, id.
+# The handoff's document (see handoff_document), or nil when there is no such handoff.
+READ = (
+    PRELUDE
+    + """
+return handoff_document(KEYS[1], ARGV[2])
+"""
+)
+
+# KEYS: handoff hashes.  ARGV: prefix, then the handoffs' ids in the same order.
+# Their documents in that order; nil for a handoff that does not exist.
+READ_MANY = (
+    PRELUDE
+    + """
+local documents = {}
+for i, hkey in ipairs(KEYS) do documents[i] = handoff_document(hkey, ARGV[i + 1]) end
+return documents
 """
 )

@@ -126,7 +126,7 @@ def test_payloads_need_their_main_text(payload: dict[str, Any]) -> None:
         HandoffRequest.model_validate(request_data(payload["kind"], payload=payload))
 
 
-def test_from_redis_hash_reads_every_stored_field() -> None:
+def test_a_stored_hash_reads_back_with_every_field(redis: Redis) -> None:
     request = HandoffRequest.model_validate(
         request_data(
             "approval",
@@ -170,7 +170,7 @@ def test_from_redis_hash_reads_every_stored_field() -> None:
         "version": "4",
     }
 
-    handoff = Handoff.from_redis_hash("ho_X", fields)
+    handoff = _stored(redis, "ho_X", fields)
 
     assert handoff.id == "ho_X"
     assert handoff.payload == request.payload
@@ -195,10 +195,11 @@ def test_from_redis_hash_reads_every_stored_field() -> None:
     assert handoff.version == 4
 
 
-def test_from_redis_hash_takes_the_hash_over_the_request_and_keeps_any_text_intact() -> None:
-    # The handoff is validated from one JSON document in which the hash's fields follow the
-    # request's: a reassigned channel or reviewer list and the policy's escalation target
-    # must win over what the request said, and free text must survive any character.
+def test_a_stored_hash_overrides_the_request_and_keeps_any_text_intact(redis: Redis) -> None:
+    # The store's scripts return a handoff as one JSON document in which the hash's fields
+    # follow the request's: a reassigned channel or reviewer list and the policy's
+    # escalation target must win over what the request said, and free text must survive
+    # any character.
     request = HandoffRequest.model_validate(
         request_data("question", channel="C1", reviewers=["U1"], escalate_to="C_REQUEST")
     )
@@ -221,7 +222,7 @@ def test_from_redis_hash_takes_the_hash_over_the_request_and_keeps_any_text_inta
         "remind_done": "2",
     }
 
-    handoff = Handoff.from_redis_hash("ho_X", fields)
+    handoff = _stored(redis, "ho_X", fields)
 
     assert (handoff.channel, handoff.reviewers) == ("C2", ["U2", "S3"])
     assert handoff.escalate_to == "C_POLICY"
@@ -241,8 +242,7 @@ def test_stored_handoff_reads_back_as_created(redis: Redis) -> None:
     )
 
     created = store.create(request, handoff_id="ho_01JDZ3Q6T5N9W2V8K4M7R1X0BC").handoff
-    raw = {k.decode(): v.decode() for k, v in redis.hgetall(store.keys.handoff(created.id)).items()}
-    reread = Handoff.from_redis_hash(created.id, raw)
+    reread = store.get(created.id)
 
     assert reread == created
     assert reread.payload == request.payload
@@ -251,6 +251,27 @@ def test_stored_handoff_reads_back_as_created(redis: Redis) -> None:
     assert reread.resume_data is None
     assert reread.delivery.state is TaskState.QUEUED
     assert reread.resume.state is TaskState.NONE
+
+
+def test_many_handoffs_read_back_in_order_without_the_missing(redis: Redis) -> None:
+    store = HandoffStore(redis)
+    first, second = (
+        store.create(
+            HandoffRequest.model_validate(request_data("question")), handoff_id=handoff_id
+        ).handoff
+        for handoff_id in ("ho_01JDZ3Q6T5N9W2V8K4M7R1X0BC", "ho_01JDZ3Q6T5N9W2V8K4M7R1X0BD")
+    )
+    missing = "ho_01JDZ3Q6T5N9W2V8K4M7R1X0BE"
+
+    assert store.get_many([second.id, missing, first.id]) == [second, first]
+    assert store.get_many([]) == []
+
+
+def _stored(redis: Redis, handoff_id: str, fields: dict[str, str]) -> Handoff:
+    """The handoff read back from a hash holding ``fields``, written as they are."""
+    store = HandoffStore(redis)
+    redis.hset(store.keys.handoff(handoff_id), mapping=fields)
+    return store.get(handoff_id)
 
 
 def test_audit_event_reads_lua_json_with_empty_detail_array() -> None:

@@ -13,13 +13,13 @@ from redis import Redis
 from slack_sdk import WebClient
 from slack_sdk.signature import SignatureVerifier
 
-from bot.gate import Admitted, Prefetched, Rejection, RequestGate
+from bot.gate import Admitted, Rejection, RequestGate
 from bot.keys import BotKeys
-from bot.replay import ReplayGuard
+from bot.replay import Prefetched, ReplayGuard
 from bot.reviewers import ReviewerPolicy
 from handlers.decisions import Refusal, load_for
 from handlers.deps import HandlerDeps
-from handlers.prefetch import clicked_handoff_hash
+from handlers.prefetch import clicked_handoff_read
 from store.models import Handoff, Status
 from worker.client import Handoffs
 
@@ -56,10 +56,17 @@ def _click(value: str) -> dict[str, Any]:
 
 
 def _gate(redis: Redis, handoffs: Handoffs) -> RequestGate:
-    keys = handoffs.store.keys
+    store = handoffs.store
     return RequestGate(
-        SECRET, ReplayGuard(redis, BotKeys(keys)), hash_to_read=clicked_handoff_hash(keys)
+        SECRET, ReplayGuard(redis, BotKeys(store.keys)), read_for=clicked_handoff_read(store)
     )
+
+
+def _read(handoffs: Handoffs, handoff_id: str) -> Prefetched:
+    """What the gate reads for a click on ``handoff_id``, read now."""
+    pipe = handoffs.redis.pipeline(transaction=False)
+    handoffs.store.queue_read(pipe, handoff_id)
+    return Prefetched(handoffs.store.keys.handoff(handoff_id), pipe.execute()[0])
 
 
 def _approval(handoffs: Handoffs) -> Handoff:
@@ -76,10 +83,46 @@ def test_a_click_on_a_handoff_button_comes_with_its_handoff_read(
 
     admitted = _gate(redis, handoffs).admit(environ)
 
-    assert isinstance(admitted, Admitted)
-    key = handoffs.store.keys.handoff(handoff.id)
-    assert admitted.prefetched == Prefetched(key, redis.hgetall(key))
-    assert handoffs.store.from_hash(handoff.id, admitted.prefetched.fields) == handoff
+    assert isinstance(admitted, Admitted) and admitted.prefetched is not None
+    assert admitted.prefetched.key == handoffs.store.keys.handoff(handoff.id)
+    assert handoffs.store.from_document(handoff.id, admitted.prefetched.reply) == handoff
+
+
+def test_a_click_is_admitted_without_a_read_when_the_server_lost_the_scripts(
+    redis: Redis, handoffs: Handoffs
+) -> None:
+    first, second = _approval(handoffs), _approval(handoffs)
+    gate = _gate(redis, handoffs)
+    before = gate.admit(_environ(_click(first.id)))
+    redis.script_flush()  # as after a restart of a server that keeps nothing
+    environ = _environ(_click(second.id))
+    replay = dict(environ, **{"wsgi.input": io.BytesIO(environ["wsgi.input"].getvalue())})
+
+    admitted = gate.admit(environ)
+
+    assert isinstance(before, Admitted) and before.prefetched is not None
+    assert isinstance(admitted, Admitted) and admitted.prefetched is None
+    # The replay check still counted; the listener reads for itself, loading the scripts.
+    assert gate.admit(replay) == Rejection("401 Unauthorized", "invalid request")
+    assert handoffs.get(second.id) == second
+
+
+def test_a_click_on_an_unknown_handoff_reads_as_not_found(
+    redis: Redis, handoffs: Handoffs
+) -> None:
+    unknown = "ho_01JDZ3Q6T5N9W2V8K4M7R1X0BC"
+    admitted = _gate(redis, handoffs).admit(_environ(_click(unknown)))
+
+    assert isinstance(admitted, Admitted) and admitted.prefetched is not None
+    loaded = load_for(
+        _deps(redis, handoffs),
+        unknown,
+        REVIEWER,
+        via="button",
+        channel="C1",
+        prefetched=admitted.prefetched,
+    )
+    assert isinstance(loaded, Refusal)
 
 
 def test_a_replayed_click_is_still_refused_when_its_handoff_is_read_along(
@@ -122,8 +165,7 @@ def test_the_listener_uses_the_gates_read_instead_of_reading_again(
     redis: Redis, handoffs: Handoffs
 ) -> None:
     handoff = _approval(handoffs)
-    key = handoffs.store.keys.handoff(handoff.id)
-    read_at_the_gate = Prefetched(key, redis.hgetall(key))
+    read_at_the_gate = _read(handoffs, handoff.id)
     handoffs.decide(handoff.id, "rejected", by="U0OTHER")  # after the gate's read
     deps = _deps(redis, handoffs)
 
@@ -140,7 +182,6 @@ def test_the_listener_uses_the_gates_read_instead_of_reading_again(
 
 def test_a_read_of_another_handoff_is_ignored(redis: Redis, handoffs: Handoffs) -> None:
     first, second = _approval(handoffs), _approval(handoffs)
-    first_key = handoffs.store.keys.handoff(first.id)
     handoffs.decide(second.id, "rejected", by="U0OTHER")
 
     loaded = load_for(
@@ -149,7 +190,7 @@ def test_a_read_of_another_handoff_is_ignored(redis: Redis, handoffs: Handoffs) 
         REVIEWER,
         via="button",
         channel="C1",
-        prefetched=Prefetched(first_key, redis.hgetall(first_key)),
+        prefetched=_read(handoffs, first.id),
     )
 
     assert isinstance(loaded, Refusal) and "U0OTHER" in loaded.message
