@@ -107,9 +107,7 @@ def test_a_click_is_admitted_without_a_read_when_the_server_lost_the_scripts(
     assert handoffs.get(second.id) == second
 
 
-def test_a_click_on_an_unknown_handoff_reads_as_not_found(
-    redis: Redis, handoffs: Handoffs
-) -> None:
+def test_a_click_on_an_unknown_handoff_reads_as_not_found(redis: Redis, handoffs: Handoffs) -> None:
     unknown = "ho_01JDZ3Q6T5N9W2V8K4M7R1X0BC"
     admitted = _gate(redis, handoffs).admit(_environ(_click(unknown)))
 
