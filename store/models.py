@@ -158,13 +158,20 @@ class ResumeData(_Strict):
 
 
 class TaskProgress(BaseModel):
-    """Progress of a delivery or a resume, as stored."""
+    """Progress of a delivery or a resume, as stored (read-only: a new state is a new
+    object, so handoffs can share the one for a task not started)."""
+
+    model_config = ConfigDict(frozen=True)
 
     state: TaskState = TaskState.NONE
     attempt: int = 0
     max_attempts: int = 0
     last_error: str | None = None
     completed_at: datetime | None = None
+
+
+NOT_STARTED = TaskProgress()
+"""The progress of a task that was never queued."""
 
 
 class Handoff(BaseModel):
@@ -190,9 +197,9 @@ class Handoff(BaseModel):
     expires_at: datetime | None = None
     claimed_by: str | None = None
     claimed_at: datetime | None = None
-    delivery: TaskProgress = Field(default_factory=TaskProgress)
-    resume: TaskProgress = Field(default_factory=TaskProgress)
-    notify: TaskProgress = Field(default_factory=TaskProgress)
+    delivery: TaskProgress = NOT_STARTED
+    resume: TaskProgress = NOT_STARTED
+    notify: TaskProgress = NOT_STARTED
     message_refs: dict[str, Any] = Field(default_factory=dict)
     escalate_to: str | None = None
     escalated_at: datetime | None = None

@@ -137,24 +137,14 @@ local function open_object(json)
   return string.sub(json, 1, string.match(json, '^.*()}') - 1)
 end
 
-local function task_document(f, k)
+local function task_progress(f, k)
   local state = f[k .. '_state']
-  if not state or state == '' then state = 'none' end
-  local parts = {'{"state":', cjson.encode(state)}
-  if is_set(f[k .. '_attempt']) then
-    table.insert(parts, ',"attempt":' .. cjson.encode(f[k .. '_attempt']))
-  end
-  if is_set(f[k .. '_limit']) then
-    table.insert(parts, ',"max_attempts":' .. cjson.encode(f[k .. '_limit']))
-  end
-  if f[k .. '_error'] and f[k .. '_error'] ~= '' then
-    table.insert(parts, ',"last_error":' .. cjson.encode(f[k .. '_error']))
-  end
-  if is_set(f[k .. '_done_at']) then
-    table.insert(parts, ',"completed_at":' .. cjson.encode(f[k .. '_done_at']))
-  end
-  table.insert(parts, '}')
-  return table.concat(parts)
+  local task = {state = (state and state ~= '') and state or 'none'}
+  if is_set(f[k .. '_attempt']) then task.attempt = f[k .. '_attempt'] end
+  if is_set(f[k .. '_limit']) then task.max_attempts = f[k .. '_limit'] end
+  if f[k .. '_error'] and f[k .. '_error'] ~= '' then task.last_error = f[k .. '_error'] end
+  if is_set(f[k .. '_done_at']) then task.completed_at = f[k .. '_done_at'] end
+  return task
 end
 
 -- The document of the handoff in ``hkey``, or false when there is none.
@@ -163,42 +153,35 @@ local function handoff_document(hkey, id)
   if #flat == 0 then return false end
   local f = {}
   for i = 1, #flat, 2 do f[flat[i]] = flat[i + 1] end
-  local parts = {open_object(f.request), ',"id":', cjson.encode(id),
-                 ',"status":', cjson.encode(f.status),
-                 ',"created_at":', cjson.encode(f.created_at),
-                 ',"version":', cjson.encode(f.version or '0')}
-  local decided_at = 'null'
-  if is_set(f.decided_at) then
-    decided_at = cjson.encode(f.decided_at)
-    table.insert(parts, ',"decided_at":' .. decided_at)
-  end
-  if f.decision and f.decision ~= '' then
-    table.insert(parts, ',"resume_data":' .. open_object(f.decision)
-                        .. ',"decided_at":' .. decided_at .. '}')
-  end
+  -- What the hash says besides the request, encoded in one go.
+  local state = {id = id, status = f.status, created_at = f.created_at,
+                 version = f.version or '0', escalate_to = cjson.null}
+  if is_set(f.decided_at) then state.decided_at = f.decided_at end
   for _, pair in ipairs(DOC_TIMES) do
-    if is_set(f[pair[2]]) then
-      table.insert(parts, ',"' .. pair[1] .. '":' .. cjson.encode(f[pair[2]]))
-    end
+    if is_set(f[pair[2]]) then state[pair[1]] = f[pair[2]] end
   end
   for _, pair in ipairs(DOC_TEXTS) do
     local value = f[pair[2]]
-    if value and value ~= '' then
-      table.insert(parts, ',"' .. pair[1] .. '":' .. cjson.encode(value))
-    end
+    if value and value ~= '' then state[pair[1]] = value end
+  end
+  local escalate_to = cjson.decode(f.policy or '{}').escalate_to
+  if type(escalate_to) == 'string' and escalate_to ~= '' then state.escalate_to = escalate_to end
+  for _, pair in ipairs(DOC_TASKS) do state[pair[1]] = task_progress(f, pair[2]) end
+  local encoded = cjson.encode(state)
+  local parts = {open_object(f.request), ',', string.sub(encoded, 2, -2)}
+  -- Fields stored as JSON already go in as they are.
+  if f.decision and f.decision ~= '' then
+    local decided_at = state.decided_at and cjson.encode(state.decided_at) or 'null'
+    table.insert(parts, ',"resume_data":')
+    table.insert(parts, open_object(f.decision))
+    table.insert(parts, ',"decided_at":' .. decided_at .. '}')
   end
   for _, pair in ipairs(DOC_JSON) do
     local value = f[pair[2]]
-    if value and value ~= '' then table.insert(parts, ',"' .. pair[1] .. '":' .. value) end
-  end
-  local escalate_to = cjson.decode(f.policy or '{}').escalate_to
-  if type(escalate_to) == 'string' and escalate_to ~= '' then
-    table.insert(parts, ',"escalate_to":' .. cjson.encode(escalate_to))
-  else
-    table.insert(parts, ',"escalate_to":null')
-  end
-  for _, pair in ipairs(DOC_TASKS) do
-    table.insert(parts, ',"' .. pair[1] .. '":' .. task_document(f, pair[2]))
+    if value and value ~= '' then
+      table.insert(parts, ',"' .. pair[1] .. '":')
+      table.insert(parts, value)
+    end
   end
   table.insert(parts, '}')
   return table.concat(parts)
