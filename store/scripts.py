@@ -155,7 +155,8 @@ local function handoff_document(hkey, id)
   for i = 1, #flat, 2 do f[flat[i]] = flat[i + 1] end
   -- What the hash says besides the request, encoded in one go.
   local state = {id = id, status = f.status, created_at = f.created_at,
-                 version = f.version or '0', escalate_to = cjson.null}
+                 version = is_set(f.version) and f.version or '0',
+                 escalate_to = cjson.null}
   if is_set(f.decided_at) then state.decided_at = f.decided_at end
   for _, pair in ipairs(DOC_TIMES) do
     if is_set(f[pair[2]]) then state[pair[1]] = f[pair[2]] end

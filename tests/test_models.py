@@ -10,6 +10,7 @@ import pytest
 from pydantic import ValidationError
 from redis import Redis
 
+from store.ids import new_handoff_id
 from store.models import (
     ApprovalPayload,
     AuditEvent,
@@ -24,7 +25,7 @@ from store.models import (
     Status,
     TaskState,
 )
-from store.repository import HandoffStore
+from store.repository import READ_BATCH, HandoffStore
 
 PAYLOADS: dict[str, dict[str, Any]] = {
     "approval": {"kind": "approval", "action": {"name": "refund", "args": {"amount": 30}}},
@@ -265,6 +266,18 @@ def test_many_handoffs_read_back_in_order_without_the_missing(redis: Redis) -> N
 
     assert store.get_many([second.id, missing, first.id]) == [second, first]
     assert store.get_many([]) == []
+
+
+def test_more_handoffs_than_one_script_call_reads_come_back_in_order(redis: Redis) -> None:
+    store = HandoffStore(redis)
+    request = HandoffRequest.model_validate(request_data("question"))
+    created = [
+        store.create(request, handoff_id=new_handoff_id()).handoff
+        for _ in range(READ_BATCH * 2 + 5)
+    ]
+    wanted = list(reversed(created))
+
+    assert store.get_many([h.id for h in wanted]) == wanted
 
 
 def _stored(redis: Redis, handoff_id: str, fields: dict[str, str]) -> Handoff:
