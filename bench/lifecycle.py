@@ -8,7 +8,10 @@ flushes the database, so it is safe to point at a Redis that holds other data.
    approve N handoffs. Alternating with it, a baseline of raw redis-py round trips (one
    SET and one GET of a value the size of a stored request, per handoff, from the same
    number of threads). The ratio of the two rates says how close a create or a decide
-   comes to costing one round trip; the target is >= 0.5.
+   comes to costing one round trip; the target is >= 0.5. Then one round of each at
+   ``--other-concurrencies`` threads (default 1, 2, 4), for information: the client's
+   threads share one GIL, so the ratio moves with their number (few threads leave the
+   raw baseline's I/O waits to overlap, while create+decide is bound by its own Python).
 2. The full lifecycle: ``--workers`` ``handoff worker`` processes (an RQ worker plus a
    dispatcher each) deliver and resume N handoffs created and approved as above. Timed
    from the first create until every delivery and resume has finished, with the
@@ -80,6 +83,9 @@ class Options:
     """Handoffs per phase."""
     concurrency: int = 8
     """Client threads creating and deciding."""
+    other_concurrencies: tuple[int, ...] = (1, 2, 4)
+    """Client-thread counts also measured (one round each), for information: the ratio
+    depends on how many threads share the client's GIL."""
     workers: int = 2
     """``handoff worker`` processes of phase 2."""
     rounds: int = 2
@@ -95,7 +101,15 @@ class Options:
     """Also profile this many create+decide calls in one thread (0: no profile)."""
 
 
-QUICK = Options(count=10, concurrency=2, workers=1, rounds=1, warmup=10, latency_samples=2)
+QUICK = Options(
+    count=10,
+    concurrency=2,
+    other_concurrencies=(1,),
+    workers=1,
+    rounds=1,
+    warmup=10,
+    latency_samples=2,
+)
 """A smoke run: seconds, not figures."""
 
 
@@ -264,6 +278,8 @@ class PhaseOne:
     value_bytes: int
     handoffs: Measurement
     raw: Measurement
+    other_concurrencies: dict[int, tuple[float, float]] = field(default_factory=dict)
+    """Client threads -> (raw pairs/s, handoffs/s) of one round at that concurrency."""
 
     @property
     def ratio(self) -> float:
@@ -296,6 +312,19 @@ def run_phase_one(redis: Redis, tag: str, options: Options) -> PhaseOne:
             work = create_decide_work(redis, namespace)
             rate = result.handoffs.run_round(redis, work, options.count, options.concurrency)
             progress(f"round {number}: create+decide {rate:,.0f}/s")
+        finally:
+            delete_namespace(redis, namespace)
+    for threads in options.other_concurrencies:
+        namespace = f"{tag}p1c{threads}"
+        try:
+            raw = Measurement().run_round(
+                redis, raw_work(redis, namespace, value), options.count, threads
+            )
+            made = Measurement().run_round(
+                redis, create_decide_work(redis, namespace), options.count, threads
+            )
+            progress(f"{threads} threads: raw SET+GET {raw:,.0f}/s, create+decide {made:,.0f}/s")
+            result.other_concurrencies[threads] = (raw, made)
         finally:
             delete_namespace(redis, namespace)
     return result
@@ -566,6 +595,10 @@ class LifecycleReport:
                 ),
                 Figure("create+decide, no workers", self.one.handoffs.rate, "/s"),
             ]
+            figures += [
+                Figure(f"create+decide / raw SET+GET, {threads} client threads", made / raw, "x")
+                for threads, (raw, made) in self.one.other_concurrencies.items()
+            ]
         if self.two is not None:
             two, workers = self.two, self.options.workers
             rate = self.options.count / two.total_seconds if two.finished else math.nan
@@ -616,6 +649,11 @@ def print_report(server: str, options: Options, one: PhaseOne | None, two: Phase
         print(
             f"  create+decide / raw SET+GET ratio: {one.ratio:.2f} (target >= {RATIO_TARGET}) {met}"
         )
+        for threads, (raw_rate, made_rate) in one.other_concurrencies.items():
+            print(
+                f"  at {threads} client thread(s), one round: raw {raw_rate:,.0f} pairs/s, "
+                f"create+decide {made_rate:,.0f}/s, ratio {made_rate / raw_rate:.2f}"
+            )
     if two is not None:
         print(f"\nfull lifecycle through {options.workers} `handoff worker` processes")
         print(f"  create        {_timed(n, two.create_seconds)}")
@@ -671,6 +709,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--concurrency", type=int, default=defaults.concurrency, help="client threads"
     )
     parser.add_argument(
+        "--other-concurrencies",
+        type=_thread_counts,
+        default=defaults.other_concurrencies,
+        metavar="N,N,...",
+        help="client-thread counts also measured once, for information ('' for none)",
+    )
+    parser.add_argument(
         "--workers", type=int, default=defaults.workers, help="`handoff worker` processes"
     )
     add_redis_option(parser)
@@ -699,6 +744,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if min(args.count, args.concurrency, args.workers, args.rounds) < 1:
         parser.error("--count, --concurrency, --workers and --rounds must be at least 1")
     return args
+
+
+def _thread_counts(text: str) -> tuple[int, ...]:
+    try:
+        counts = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of thread counts: {text!r}") from None
+    if any(count < 1 for count in counts):
+        raise argparse.ArgumentTypeError("thread counts must be at least 1")
+    return counts
 
 
 def main(argv: list[str] | None = None) -> int:
