@@ -8,7 +8,7 @@ flushes the database, so it is safe to point at a Redis that holds other data.
    approve N handoffs. Alternating with it, a baseline of raw redis-py round trips (one
    SET and one GET of a value the size of a stored request, per handoff, from the same
    number of threads). The ratio of the two rates says how close a create or a decide
-   comes to costing one round trip; the target is >= 0.5. Then one round of each at
+   comes to costing one round trip; the target is >= 0.5. Then the same at
    ``--other-concurrencies`` threads (default 1, 2, 4), for information: the client's
    threads share one GIL, so the ratio moves with their number (few threads leave the
    raw baseline's I/O waits to overlap, while create+decide is bound by its own Python).
@@ -84,7 +84,7 @@ class Options:
     concurrency: int = 8
     """Client threads creating and deciding."""
     other_concurrencies: tuple[int, ...] = (1, 2, 4)
-    """Client-thread counts also measured (one round each), for information: the ratio
+    """Client-thread counts also measured (as many rounds), for information: the ratio
     depends on how many threads share the client's GIL."""
     workers: int = 2
     """``handoff worker`` processes of phase 2."""
@@ -279,7 +279,7 @@ class PhaseOne:
     handoffs: Measurement
     raw: Measurement
     other_concurrencies: dict[int, tuple[float, float]] = field(default_factory=dict)
-    """Client threads -> (raw pairs/s, handoffs/s) of one round at that concurrency."""
+    """Client threads -> (raw pairs/s, handoffs/s), each the best round at that concurrency."""
 
     @property
     def ratio(self) -> float:
@@ -315,18 +315,17 @@ def run_phase_one(redis: Redis, tag: str, options: Options) -> PhaseOne:
         finally:
             delete_namespace(redis, namespace)
     for threads in options.other_concurrencies:
-        namespace = f"{tag}p1c{threads}"
-        try:
-            raw = Measurement().run_round(
-                redis, raw_work(redis, namespace, value), options.count, threads
-            )
-            made = Measurement().run_round(
-                redis, create_decide_work(redis, namespace), options.count, threads
-            )
-            progress(f"{threads} threads: raw SET+GET {raw:,.0f}/s, create+decide {made:,.0f}/s")
-            result.other_concurrencies[threads] = (raw, made)
-        finally:
-            delete_namespace(redis, namespace)
+        raw, made = Measurement(), Measurement()
+        for number in range(1, options.rounds + 1):
+            namespace = f"{tag}p1c{threads}r{number}"
+            try:
+                raw.run_round(redis, raw_work(redis, namespace, value), options.count, threads)
+                work = create_decide_work(redis, namespace)
+                made.run_round(redis, work, options.count, threads)
+            finally:
+                delete_namespace(redis, namespace)
+        progress(f"{threads} threads: raw {raw.rate:,.0f}/s, create+decide {made.rate:,.0f}/s")
+        result.other_concurrencies[threads] = (raw.rate, made.rate)
     return result
 
 
@@ -651,7 +650,7 @@ def print_report(server: str, options: Options, one: PhaseOne | None, two: Phase
         )
         for threads, (raw_rate, made_rate) in one.other_concurrencies.items():
             print(
-                f"  at {threads} client thread(s), one round: raw {raw_rate:,.0f} pairs/s, "
+                f"  at {threads} client thread(s): raw {raw_rate:,.0f} pairs/s, "
                 f"create+decide {made_rate:,.0f}/s, ratio {made_rate / raw_rate:.2f}"
             )
     if two is not None:
@@ -713,7 +712,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=_thread_counts,
         default=defaults.other_concurrencies,
         metavar="N,N,...",
-        help="client-thread counts also measured once, for information ('' for none)",
+        help="client-thread counts also measured, for information ('' for none)",
     )
     parser.add_argument(
         "--workers", type=int, default=defaults.workers, help="`handoff worker` processes"
