@@ -563,6 +563,10 @@ def _timed(count: int, seconds: float) -> str:
     return f"{count:,} in {seconds:6.2f} s  ({count / seconds:,.0f}/s)"
 
 
+def _threads(count: int) -> str:
+    return f"{count} client thread" if count == 1 else f"{count} client threads"
+
+
 def _ms(value: float) -> str:
     return f"{value / 1000:.2f} s" if value >= 1000 else f"{value:.0f} ms"
 
@@ -595,7 +599,7 @@ class LifecycleReport:
                 Figure("create+decide, no workers", self.one.handoffs.rate, "/s"),
             ]
             figures += [
-                Figure(f"create+decide / raw SET+GET, {threads} client threads", made / raw, "x")
+                Figure(f"create+decide / raw SET+GET, {_threads(threads)}", made / raw, "x")
                 for threads, (raw, made) in self.one.other_concurrencies.items()
             ]
         if self.two is not None:
@@ -650,7 +654,7 @@ def print_report(server: str, options: Options, one: PhaseOne | None, two: Phase
         )
         for threads, (raw_rate, made_rate) in one.other_concurrencies.items():
             print(
-                f"  at {threads} client thread(s): raw {raw_rate:,.0f} pairs/s, "
+                f"  at {_threads(threads)}: raw {raw_rate:,.0f} pairs/s, "
                 f"create+decide {made_rate:,.0f}/s, ratio {made_rate / raw_rate:.2f}"
             )
     if two is not None:
