@@ -18,13 +18,13 @@ from slack_bolt import Ack, App
 from slack_bolt.adapter.wsgi import SlackRequestHandler
 from slack_sdk import WebClient
 
-from bot import views
-from bot.server import EVENTS_PATH
+from bot.blockkit import ids
+from bot.http.wsgi import EVENTS_PATH
 
 
 def create_bare_app() -> App:
     """A Bolt app configured like ``bot.app.create_app`` (same token checks and request
-    handling), with one listener that only acks ``views.APPROVE``.
+    handling), with one listener that only acks ``ids.APPROVE``.
 
     Bolt's authorization middleware calls ``auth.test`` once per process on the first
     request, so the client points at ``SLACK_API_URL`` (the stand-in) as the bot's does.
@@ -41,7 +41,7 @@ def create_bare_app() -> App:
         process_before_response=True,
     )
 
-    @app.action(views.APPROVE)
+    @app.action(ids.APPROVE)
     def approve(ack: Ack) -> None:
         ack()
 

@@ -77,8 +77,8 @@ from bench.processes import (
     wait_until_answering,
 )
 from bench.targets import METADATA_KEY, count_key, ids_key
-from bot import views
-from bot.server import EVENTS_PATH, HEALTH_PATH
+from bot.blockkit import ids as block_ids
+from bot.http.wsgi import EVENTS_PATH, HEALTH_PATH
 from bot.standin import SlackStandIn, StandInUser
 from store.models import Handoff, Status, TaskState
 from worker.client import Handoffs
@@ -161,7 +161,7 @@ def server_env(redis_url: str, api_url: str, namespace: str, queue: str) -> dict
 
 
 def gunicorn_options(options: Options, port: int) -> list[str]:
-    """The bare app's gunicorn options: those ``bot.server.serve_http`` sets."""
+    """The bare app's gunicorn options: those ``bot.serve.serve_http`` sets."""
     return [
         "--bind",
         f"{HOST}:{port}",
@@ -249,7 +249,7 @@ def record_click_bodies(
 
     def click(handoff: Handoff) -> bytes:
         message = standin.message(handoff.message_refs["channel"], handoff.message_refs["ts"])
-        response = standin.click(REVIEWER, message, views.APPROVE)
+        response = standin.click(REVIEWER, message, block_ids.APPROVE)
         if response.status != 200:
             raise RuntimeError(f"the bare app answered {response.status} while recording")
         return response.request_body

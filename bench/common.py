@@ -31,7 +31,7 @@ from typing import Any, Literal, Protocol, TypeVar
 
 from redis import Redis
 
-from bot.embedded import start_embedded_redis
+from bot.dev.embedded_redis import start_embedded_redis
 from store.keys import KeySpace
 
 ROOT = Path(__file__).resolve().parent.parent

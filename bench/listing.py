@@ -59,12 +59,12 @@ from bench.common import (
     progress,
     redis_server,
 )
-from bot.admin_views import render_listing
+from bot.access.reviewers import ReviewerPolicy
 from bot.app import create_app
+from bot.blockkit.replies import render_listing
 from bot.config import Settings
-from bot.home import Homes
-from bot.queues import PAGE_SIZE, ListFilter, Listings, ListKind
-from bot.reviewers import ReviewerPolicy
+from bot.delivery.home_publisher import Homes
+from bot.queries.listings import PAGE_SIZE, ListFilter, Listings, ListKind
 from bot.standin import SlackStandIn, StandInUser
 from handlers.commands import parse_command, run_command
 from handlers.deps import HandlerDeps

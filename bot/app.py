@@ -9,12 +9,12 @@ from redis import Redis
 from slack_bolt import App
 from slack_sdk import WebClient
 
-from bot.admin import AdminPolicy
+from bot.access.admins import AdminPolicy
+from bot.access.authorize import BotIdentity
+from bot.access.reviewers import ReviewerPolicy
 from bot.config import Settings
-from bot.identity import BotIdentity
+from bot.delivery.client import make_web_client, tokenless
 from bot.keys import BotKeys
-from bot.reviewers import ReviewerPolicy
-from bot.slack_client import make_web_client, tokenless
 from handlers import HandlerDeps, register
 from handlers.modal_metadata import metadata_key
 from store.repository import HandoffStore
@@ -48,7 +48,7 @@ def create_app(settings: Settings, *, redis: Redis, client: WebClient | None = N
     app = App(
         signing_secret=settings.slack_signing_secret or "socket-mode",
         # Without a token of its own, Bolt takes it from ``authorize`` on each request: a
-        # slow auth.test then never fails a person's click (see bot.identity).
+        # slow auth.test then never fails a person's click (see bot.access.authorize).
         client=tokenless(client),
         authorize=BotIdentity(settings.slack_bot_token),
         process_before_response=True,

@@ -106,10 +106,10 @@ def _notifier(settings: Settings) -> Notifier:
     if not settings.slack_bot_token:
         logging.getLogger(__name__).warning("SLACK_BOT_TOKEN is not set: handoffs go to the log")
         return LoggingNotifier()
-    from bot.home import refresh_homes
-    from bot.notifier import SlackNotifier
-    from bot.reviewers import ReviewerPolicy
-    from bot.slack_client import make_web_client
+    from bot.access.reviewers import ReviewerPolicy
+    from bot.delivery.client import make_web_client
+    from bot.delivery.home_publisher import refresh_homes
+    from bot.delivery.slack_notifier import SlackNotifier
 
     client = make_web_client(settings)
     redis = Redis.from_url(_require_redis_url(settings))
@@ -133,7 +133,7 @@ def _notifier(settings: Settings) -> Notifier:
 def serve(host: str, port: int, workers: int, threads: int, socket_mode: bool) -> None:
     """Serve the Slack bot: HTTP on /slack/events (and GET /healthz), or Socket Mode."""
     from bot.app import ConfigurationError
-    from bot.server import serve_http, serve_socket_mode
+    from bot.serve import serve_http, serve_socket_mode
 
     settings = _settings()
     _require_redis_url(settings)
@@ -226,7 +226,7 @@ def audit() -> None:
 )
 def audit_export(since: str | None, run_id: str | None, output: TextIO) -> None:
     """Write every audit event as JSON Lines (time, event, actor, handoff_id, detail, id)."""
-    from bot.audit import export_audit, parse_since
+    from bot.queries.audit_export import export_audit, parse_since
 
     try:
         start = parse_since(since) if since else None
@@ -244,7 +244,7 @@ def audit_export(since: str | None, run_id: str | None, output: TextIO) -> None:
 @click.option("--keep-running", is_flag=True, help="Keep everything up after the demo.")
 def dev(data_dir: str, auto: bool, port: int, standin_port: int, keep_running: bool) -> None:
     """Run everything locally: Redis, a Slack stand-in, the bot, a worker and a demo agent."""
-    from bot.dev import run_dev
+    from bot.dev.run import run_dev
 
     sys.exit(
         run_dev(

@@ -12,7 +12,7 @@ key                                    type    contents
 ``{ns}:bot:usergroups``                string  JSON {group id: [member ids]} from
                                                ``usergroups.list``; expires
 ``{ns}:bot:unassigned``                zset    pending ids with no reviewers (score 0), kept
-                                               up to date by ``bot.unassigned``
+                                               up to date by ``bot.queries.unassigned``
 ``{ns}:bot:unassigned:walk``           string  last pending id walked while building it, or
                                                "done"
 ``{ns}:bot:unassigned:read``           string  last audit stream id applied to it; expires
@@ -22,7 +22,7 @@ key                                    type    contents
 ``{ns}:bot:home:decided:<user>``       zset    handoff id -> when the user decided it (ms)
 ``{ns}:bot:home:read:<user>``          string  newest audit stream id read for that zset
 ``{ns}:bot:request:<signature>``       string  a signed HTTP request already accepted (replay
-                                               guard, ``bot.replay``); expires with the
+                                               guard, ``bot.http.replay``); expires with the
                                                signature's freshness window
 =====================================  ======  ===============================================
 """

@@ -15,13 +15,13 @@ from slack_bolt import Ack, App, Respond
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
-from bot import views
-from bot.posting import AMBIGUOUS_ERRORS
+from bot.blockkit import ids, modals
+from bot.delivery.posting import AMBIGUOUS_ERRORS
+from bot.http.prefetch import prefetched_in
 from handlers.decisions import STORE_DOWN, UNAVAILABLE, Refusal, decide_as, load_for, may_view
 from handlers.deps import deps_of
 from handlers.modal_metadata import ModalOrigin, seal
 from handlers.origin import origin_of
-from handlers.prefetch import prefetched_in
 from store.exceptions import AlreadyDecided, ClaimedByOther, HandoffNotFound
 from store.models import Handoff
 
@@ -32,14 +32,14 @@ VIA_BUTTON = "slack_button"
 
 def register(app: App) -> None:
     """Attach the button listeners to ``app``."""
-    app.action(views.APPROVE)(approve)
-    app.action(views.CLAIM)(claim)
-    app.action(views.VIEW_FULL)(view_full)
-    app.action(views.REJECT)(_opens(views.render_reject_modal))
-    app.action(views.EDIT)(_opens(views.render_edit_modal))
-    app.action(views.ANSWER)(_opens(views.render_answer_modal))
-    app.action(views.CORRECT)(_opens(views.render_correction_modal))
-    app.action(views.RESOLVE)(_opens(views.render_resolve_modal, needs_claim=True))
+    app.action(ids.APPROVE)(approve)
+    app.action(ids.CLAIM)(claim)
+    app.action(ids.VIEW_FULL)(view_full)
+    app.action(ids.REJECT)(_opens(modals.render_reject_modal))
+    app.action(ids.EDIT)(_opens(modals.render_edit_modal))
+    app.action(ids.ANSWER)(_opens(modals.render_answer_modal))
+    app.action(ids.CORRECT)(_opens(modals.render_correction_modal))
+    app.action(ids.RESOLVE)(_opens(modals.render_resolve_modal, needs_claim=True))
 
 
 def approve(ack: Ack, body: dict[str, Any], respond: Respond, context: dict[str, Any]) -> None:
@@ -104,7 +104,7 @@ def view_full(
     if refusal is not None:
         _tell(respond, refusal.message)
         return
-    _open_modal(client, body, respond, views.render_full_content_modal(handoff))
+    _open_modal(client, body, respond, modals.render_full_content_modal(handoff))
     deps.store.record_audit(handoff.id, "viewed_full", actor=_user(body))
 
 

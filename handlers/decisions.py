@@ -13,8 +13,8 @@ from typing import Any
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from bot.replay import Prefetched
-from bot.views import already_decided_text
+from bot.blockkit.message import already_decided_text
+from bot.http.replay import Prefetched
 from handlers.deps import HandlerDeps
 from handlers.origin import Origin, shows_handoff
 from store.exceptions import (
@@ -67,7 +67,7 @@ def load_for(
 
     ``origin`` is where a click happened: it must be a place that shows the handoff (see
     ``handlers.origin``), and then its channel, not ``channel``, counts for who may decide.
-    ``prefetched`` is the request gate's read of the handoff (``handlers.prefetch``), used
+    ``prefetched`` is the request gate's read of the handoff (``bot.http.prefetch``), used
     instead of reading it again when it is this handoff's.
     """
     if not handoff_id:

@@ -9,8 +9,8 @@ from typing import Any
 from slack_bolt import BoltRequest, BoltResponse
 from slack_bolt.middleware import Middleware
 
-from bot.admin import AdminPolicy
-from bot.reviewers import ReviewerPolicy
+from bot.access.admins import AdminPolicy
+from bot.access.reviewers import ReviewerPolicy
 from store.repository import HandoffStore
 
 DEPS_KEY = "handoff_deps"

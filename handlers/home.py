@@ -22,8 +22,8 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 from slack_sdk.webhook import WebhookResponse
 
-from bot import admin_views
-from bot.home import Homes
+from bot.blockkit import home
+from bot.delivery.home_publisher import Homes
 from handlers.decisions import STORE_DOWN, UNAVAILABLE
 from handlers.deps import HandlerDeps, deps_of
 
@@ -57,7 +57,7 @@ def publish_unavailable(client: WebClient, user: str, notice: str, *, command: s
     """Show ``notice`` alone on the Home: it cannot be built while the store is down."""
     try:
         client.views_publish(
-            user_id=user, view=admin_views.render_home_unavailable(notice, command=command)
+            user_id=user, view=home.render_home_unavailable(notice, command=command)
         )
     except Exception:  # Slack unreachable too: nothing more to show the person
         logger.exception("views.publish of the unavailable notice failed", extra={"user": user})

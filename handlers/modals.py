@@ -13,10 +13,15 @@ from typing import Any
 
 from slack_bolt import Ack, App
 
-from bot import views
-from bot.edits import input_value, parse_answer, parse_corrected_draft, parse_edited_args
+from bot.blockkit import ids
 from handlers.decisions import STORE_DOWN, Refusal, decide_as, deny, load_for
 from handlers.deps import HandlerDeps, deps_of
+from handlers.modal_inputs import (
+    input_value,
+    parse_answer,
+    parse_corrected_draft,
+    parse_edited_args,
+)
 from handlers.modal_metadata import MAX_METADATA_CHARS, ModalOrigin, unseal
 from store.exceptions import HandoffNotFound
 from store.models import Handoff
@@ -31,18 +36,18 @@ NOT_OPENED_FOR_YOU = (
 
 def register(app: App) -> None:
     """Attach the view-submission listeners to ``app``."""
-    app.view(views.REJECT_MODAL)(submit_reject)
-    app.view(views.EDIT_MODAL)(submit_edit)
-    app.view(views.ANSWER_MODAL)(submit_answer)
-    app.view(views.CORRECT_MODAL)(submit_correction)
-    app.view(views.RESOLVE_MODAL)(submit_resolution)
+    app.view(ids.REJECT_MODAL)(submit_reject)
+    app.view(ids.EDIT_MODAL)(submit_edit)
+    app.view(ids.ANSWER_MODAL)(submit_answer)
+    app.view(ids.CORRECT_MODAL)(submit_correction)
+    app.view(ids.RESOLVE_MODAL)(submit_resolution)
 
 
 def submit_reject(
     ack: Ack, body: dict[str, Any], view: dict[str, Any], context: dict[str, Any]
 ) -> None:
     """Reject, with the optional reason."""
-    reason = input_value(_values(view), views.REASON_BLOCK)
+    reason = input_value(_values(view), ids.REASON_BLOCK)
     _decide(ack, body, view, context, "rejected", comment=reason)
 
 
@@ -73,7 +78,7 @@ def submit_answer(
     if not answer:
         ack(
             response_action="errors",
-            errors={views.ANSWER_BLOCK: "Pick a choice or type an answer."},
+            errors={ids.ANSWER_BLOCK: "Pick a choice or type an answer."},
         )
         return
     _decide(ack, body, view, context, "answered", answer=answer)
@@ -85,7 +90,7 @@ def submit_correction(
     """Send the corrected draft back to the agent."""
     draft = parse_corrected_draft(_values(view))
     if not draft.strip():
-        first_part = f"{views.DRAFT_BLOCK_PREFIX}0"
+        first_part = f"{ids.DRAFT_BLOCK_PREFIX}0"
         ack(response_action="errors", errors={first_part: "The draft is empty."})
         return
     _decide(ack, body, view, context, "approved", corrected_draft=draft)
@@ -95,7 +100,7 @@ def submit_resolution(
     ack: Ack, body: dict[str, Any], view: dict[str, Any], context: dict[str, Any]
 ) -> None:
     """Resolve a claimed escalation with notes for the agent."""
-    notes = input_value(_values(view), views.RESOLUTION_BLOCK)
+    notes = input_value(_values(view), ids.RESOLUTION_BLOCK)
     _decide(ack, body, view, context, "answered", answer=notes)
 
 
@@ -115,7 +120,7 @@ def _opened(deps: HandlerDeps, body: dict[str, Any], view: dict[str, Any]) -> Mo
     if opened is not None:
         return opened
     metadata = view.get("private_metadata") or ""
-    named = views.handoff_id_from_view(view) if len(metadata) <= MAX_METADATA_CHARS else None
+    named = ids.handoff_id_from_view(view) if len(metadata) <= MAX_METADATA_CHARS else None
     if named:
         try:
             deny(deps, named, user, via=VIA_MODAL, reason="unsealed_modal")

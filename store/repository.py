@@ -17,6 +17,7 @@ from redis import Redis
 from redis.client import Pipeline
 
 from store import defaults, scripts
+from store.decoding import as_text
 from store.exceptions import (
     AlreadyDecided,
     ClaimedByOther,
@@ -223,14 +224,14 @@ class HandoffStore:
                 request.run_id,
             ],
         )
-        created, stored_id = bool(int(result[0])), _text(result[1])
+        created, stored_id = bool(int(result[0])), as_text(result[1])
         if created:
             # The script returns only what the server decided (times); the rest is ours.
             handoff = Handoff.from_request(
                 stored_id,
                 request,
-                created_at=_text(result[2]),
-                expires_at=stored_time(_text(result[3])),
+                created_at=as_text(result[2]),
+                expires_at=stored_time(as_text(result[3])),
                 delivery={"state": TaskState.QUEUED, "max_attempts": policy.delivery_max_attempts},
                 escalate_to=policy.escalate_to,
             )
@@ -311,7 +312,7 @@ class HandoffStore:
         key = index_key or self.keys.pending
         start = f"({cursor}" if cursor else "-"
         ids = [
-            _text(i)
+            as_text(i)
             for i in self.redis.zrange(key, start, "+", bylex=True, offset=0, num=limit + 1)
         ]
         more = len(ids) > limit
@@ -340,7 +341,7 @@ class HandoffStore:
 
     def failed_tasks(self) -> list[tuple[TaskKind, str]]:
         """Deliveries and resumes that gave up, oldest first."""
-        members = [_text(m) for m in self.redis.zrange(self.keys.failed, 0, -1)]
+        members = [as_text(m) for m in self.redis.zrange(self.keys.failed, 0, -1)]
         return [(TaskKind(m.split(":", 1)[0]), m.split(":", 1)[1]) for m in members]
 
     # -- decisions ----------------------------------------------------------------------
@@ -464,7 +465,7 @@ class HandoffStore:
                 "0" if current is not None else "1",
             ],
         )
-        verdict = _text(result[0])
+        verdict = as_text(result[0])
         if verdict == "ok":
             logger.info(
                 "handoff %s",
@@ -473,7 +474,7 @@ class HandoffStore:
             )
             if current is None:
                 return self.from_document(handoff_id, result[1])
-            decided_at = _ms_to_datetime(_text(result[1]))
+            decided_at = _ms_to_datetime(as_text(result[1]))
             return current.model_copy(
                 update={
                     "status": decision.outcome,
@@ -486,17 +487,17 @@ class HandoffStore:
             raise HandoffNotFound(handoff_id)
         if verdict == "invalid":
             raise InvalidDecision(
-                decision_problem(RequestType(_text(result[1])), decision) or "invalid decision"
+                decision_problem(RequestType(as_text(result[1])), decision) or "invalid decision"
             )
         if verdict == "claim":
-            claimer = _text(result[1])
+            claimer = as_text(result[1])
             if claimer:
                 raise ClaimedByOther(handoff_id, claimer)
             raise ClaimRequired(
                 f"escalation {handoff_id} must be claimed by {decision.decided_by} "
                 "before they resolve it; call claim() first"
             )
-        earlier = json.loads(_text(result[2])) if result[2] else {}
+        earlier = json.loads(as_text(result[2])) if result[2] else {}
         if earlier.get("decision_id") == decision.decision_id:
             # redis-py resent our own script after a lost reply: this call did decide.
             return self.get(handoff_id)
@@ -542,7 +543,7 @@ class HandoffStore:
                 json.dumps(self._pending_indexes(moved)),
             ],
         )
-        verdict = _text(result[0])
+        verdict = as_text(result[0])
         if verdict == "missing":
             raise HandoffNotFound(handoff_id)
         if verdict == "already":
@@ -556,17 +557,17 @@ class HandoffStore:
             keys=[self.keys.handoff(handoff_id)],
             args=[self.keys.prefix, handoff_id, claimed_by, "1" if take_over else "0"],
         )
-        verdict = _text(result[0])
+        verdict = as_text(result[0])
         if verdict == "missing":
             raise HandoffNotFound(handoff_id)
         if verdict == "not_escalation":
             raise InvalidDecision(
-                f"handoff {handoff_id} is a {_text(result[1])}; only escalations are claimed"
+                f"handoff {handoff_id} is a {as_text(result[1])}; only escalations are claimed"
             )
         if verdict == "already":
             raise _already_decided(handoff_id, result)
         if verdict == "claimed":
-            raise ClaimedByOther(handoff_id, _text(result[1]))
+            raise ClaimedByOther(handoff_id, as_text(result[1]))
         return self.get(handoff_id)
 
     def link_message(self, handoff_id: str, channel: str, ts: str) -> None:
@@ -576,7 +577,7 @@ class HandoffStore:
     def handoff_for_message(self, channel: str, ts: str) -> str | None:
         """The id of the handoff shown by a Slack message, if any."""
         value = self.redis.get(self.keys.message_link(channel, ts))
-        return _text(value) if value is not None else None
+        return as_text(value) if value is not None else None
 
     def first_sighting(self, event_id: str, *, ttl_seconds: int = 3600) -> bool:
         """True the first time an event id is seen (within ``ttl_seconds``); Slack retries
@@ -591,7 +592,7 @@ class HandoffStore:
             keys=[self.keys.handoff(handoff_id)],
             args=[self.keys.prefix, handoff_id, event, actor, json.dumps(detail or {})],
         )
-        if _text(result[0]) == "missing":
+        if as_text(result[0]) == "missing":
             raise HandoffNotFound(handoff_id)
 
     # -- background tasks (delivery and resume) -----------------------------------------
@@ -607,7 +608,7 @@ class HandoffStore:
             keys=[self.keys.handoff(handoff_id)],
             args=[self.keys.prefix, handoff_id, kind.value, run_token],
         )
-        action = _text(result[0])
+        action = as_text(result[0])
         if action != "run":
             return TaskStart(action=action)
         return TaskStart(
@@ -640,7 +641,7 @@ class HandoffStore:
                 json.dumps(extra) if extra else "{}",
             ],
         )
-        return _text(result[0])
+        return as_text(result[0])
 
     def retry_task(self, handoff_id: str, kind: TaskKind, *, requested_by: str) -> Handoff:
         """Queue another round of attempts for a delivery or resume that failed."""
@@ -648,12 +649,12 @@ class HandoffStore:
             keys=[self.keys.handoff(handoff_id)],
             args=[self.keys.prefix, handoff_id, kind.value, requested_by],
         )
-        verdict = _text(result[0])
+        verdict = as_text(result[0])
         if verdict == "missing":
             raise HandoffNotFound(handoff_id)
         if verdict == "not_failed":
             raise NotRetryable(
-                f"the {kind.value} of handoff {handoff_id} is {_text(result[1])}, not failed; "
+                f"the {kind.value} of handoff {handoff_id} is {as_text(result[1])}, not failed; "
                 "only a failed one can be retried"
             )
         return self.get(handoff_id)
@@ -689,7 +690,7 @@ class HandoffStore:
             keys=[self.keys.outbox],
             args=[self.keys.prefix, limit, int(visibility_seconds * 1000)],
         )
-        flat = [_text(v) for v in result]
+        flat = [as_text(v) for v in result]
         due = []
         for member, timeout_ms in zip(flat[0::2], flat[1::2], strict=True):
             kind, handoff_id = member.split(":", 1)
@@ -702,7 +703,7 @@ class HandoffStore:
             keys=[self.keys.deadlines],
             args=[self.keys.prefix, limit, int(self.config.retention_seconds * 1000)],
         )
-        expired = [_text(v) for v in result]
+        expired = [as_text(v) for v in result]
         for handoff_id in expired:
             logger.info("handoff expired", extra={"handoff_id": handoff_id})
         return expired
@@ -788,9 +789,12 @@ def _parse_outcome(outcome: Status | str) -> Status:
 
 def _already_decided(handoff_id: str, result: list[Any]) -> AlreadyDecided:
     """The error for a script's ``{'already', status, decision json, decided_at}`` reply."""
-    earlier = json.loads(_text(result[2])) if result[2] else {}
+    earlier = json.loads(as_text(result[2])) if result[2] else {}
     return AlreadyDecided(
-        handoff_id, _text(result[1]), earlier.get("decided_by"), _ms_to_datetime(_text(result[3]))
+        handoff_id,
+        as_text(result[1]),
+        earlier.get("decided_by"),
+        _ms_to_datetime(as_text(result[3])),
     )
 
 
@@ -805,12 +809,6 @@ def _ms_to_datetime(value: str) -> datetime | None:
     if not value or value == "0":
         return None
     return datetime.fromtimestamp(int(value) / 1000, tz=UTC)
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, bytes):
-        return value.decode()
-    return str(value)
 
 
 __all__ = [

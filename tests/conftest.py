@@ -52,7 +52,7 @@ def redis_url() -> Iterator[str]:
     if os.environ.get("REDIS_URL"):
         yield _test_database_url(os.environ["REDIS_URL"])
         return
-    from bot.embedded import start_embedded_redis
+    from bot.dev.embedded_redis import start_embedded_redis
 
     server = start_embedded_redis()
     try:

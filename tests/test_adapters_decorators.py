@@ -21,8 +21,8 @@ from pydantic import TypeAdapter
 from redis import Redis
 
 from store.models import Handoff, Status, TaskState
-from tests import adapter_tools
 from tests.conftest import ROOT, WorkerProcesses, wait_until
+from tests.support import adapter_tools
 from worker import ask_human, require_approval
 from worker.adapters.decorators import (
     APPROVED_CALL_TARGET,
@@ -408,11 +408,17 @@ def test_ask_human_without_an_answer_raises_or_returns_a_message(handoffs: Hando
 
 def test_ask_human_with_a_resume_target_returns_the_pending_handoff(handoffs: Handoffs) -> None:
     pending = ask_human(
-        "Which card?", handoffs=handoffs, run_id="run-9", resume="tests.resume_targets:record"
+        "Which card?",
+        handoffs=handoffs,
+        run_id="run-9",
+        resume="tests.support.resume_targets:record",
     )
 
     assert pending.is_pending
-    assert (pending.run_id, pending.resume_target) == ("run-9", "tests.resume_targets:record")
+    assert (pending.run_id, pending.resume_target) == (
+        "run-9",
+        "tests.support.resume_targets:record",
+    )
 
 
 def test_question_tool_has_the_signature_a_framework_needs(handoffs: Handoffs) -> None:

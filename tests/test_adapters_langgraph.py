@@ -19,9 +19,9 @@ from redis import Redis
 from store.exceptions import AlreadyDecided
 from store.models import Handoff, RequestType, Status, TaskState
 from store.repository import TaskPolicy
-from tests import adapter_graphs as graphs
 from tests.conftest import WorkerProcesses, wait_until
-from tests.preloaded_workers import kill_worker_and_horse, start_preloaded_worker
+from tests.support import adapter_graphs as graphs
+from tests.support.preloaded_workers import kill_worker_and_horse, start_preloaded_worker
 from worker.adapters.langgraph import (
     RESUME_TARGET,
     InterruptShape,
@@ -33,7 +33,7 @@ from worker.adapters.langgraph import (
 from worker.adapters.pauses import Pauses, PauseState, forget_built
 from worker.client import Handoffs
 
-PRELOAD = ("langgraph.graph", "langgraph.checkpoint.sqlite", "tests.adapter_graphs")
+PRELOAD = ("langgraph.graph", "langgraph.checkpoint.sqlite", "tests.support.adapter_graphs")
 HEX32 = re.compile(r"[0-9a-f]{32}")
 
 
@@ -51,9 +51,9 @@ def graph_env(redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
 def _adapter(handoffs: Handoffs, factory: str, **options: Any) -> LangGraphHandoffs:
     return LangGraphHandoffs(
         handoffs,
-        f"tests.adapter_graphs:{factory}",
+        f"tests.support.adapter_graphs:{factory}",
         channel="C0SUPPORT",
-        on_finish="tests.adapter_graphs:record_finish",
+        on_finish="tests.support.adapter_graphs:record_finish",
         **options,
     )
 

@@ -17,9 +17,9 @@ from redis import Redis
 from store.exceptions import AlreadyDecided
 from store.models import RequestType, TaskState
 from store.repository import TaskPolicy
-from tests import adapter_agents as agents
 from tests.conftest import WorkerProcesses, wait_until
-from tests.preloaded_workers import kill_worker_and_horse, start_preloaded_worker
+from tests.support import adapter_agents as agents
+from tests.support.preloaded_workers import kill_worker_and_horse, start_preloaded_worker
 from worker.adapters.openai_agents import (
     RESUME_TARGET,
     OpenAIAgentsHandoffs,
@@ -30,7 +30,7 @@ from worker.adapters.openai_agents import (
 from worker.adapters.pauses import forget_built
 from worker.client import Handoffs
 
-PRELOAD = ("agents", "tests.adapter_agents")
+PRELOAD = ("agents", "tests.support.adapter_agents")
 
 
 @pytest.fixture
@@ -45,9 +45,9 @@ def agent_env(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict]
 def _adapter(handoffs: Handoffs, factory: str, **options: Any) -> OpenAIAgentsHandoffs:
     return OpenAIAgentsHandoffs(
         handoffs,
-        f"tests.adapter_agents:{factory}",
+        f"tests.support.adapter_agents:{factory}",
         channel="C0SUPPORT",
-        on_finish="tests.adapter_agents:record_finish",
+        on_finish="tests.support.adapter_agents:record_finish",
         **options,
     )
 

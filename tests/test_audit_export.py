@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from redis import Redis
 
-from bot import views
-from bot.audit import parse_since
+from bot.blockkit import ids
+from bot.queries.audit_export import parse_since
 from store.models import TaskState
 from tests.conftest import ROOT
-from tests.slack_env import ADMIN, ALICE, CAROL, SlackEnv, running_slack, wait_for
+from tests.support.slack_env import ADMIN, ALICE, CAROL, SlackEnv, running_slack, wait_for
 
 
 @pytest.fixture
@@ -65,8 +65,8 @@ def test_export_has_every_event_of_what_people_did_in_slack(
 ) -> None:
     approved = slack.refund_approval(run_id="run-export-1", reviewers=[ALICE])
     message = slack.posted(approved)
-    slack.standin.click(CAROL, message, views.APPROVE)  # not a reviewer: denied
-    slack.standin.click(ALICE, message, views.APPROVE)
+    slack.standin.click(CAROL, message, ids.APPROVE)  # not a reviewer: denied
+    slack.standin.click(ALICE, message, ids.APPROVE)
     cancelled = slack.refund_approval(run_id="run-export-1")
     slack.posted(cancelled)
     slack.command(ADMIN, f"cancel {cancelled} duplicate")

@@ -11,7 +11,7 @@ from pathlib import Path
 from redis import Redis
 
 from tests.conftest import ROOT
-from tests.slack_env import free_port
+from tests.support.slack_env import free_port
 from worker.client import Handoffs
 
 

@@ -30,7 +30,7 @@ from store.models import (
     RequestType,
     Status,
 )
-from tests.redis_state import snapshot
+from tests.support.redis_state import snapshot
 from worker.client import Handoffs
 
 UNKNOWN_ID = "ho_01JDZ3Q6T5N9W2V8K4M7R1X0BC"
@@ -113,7 +113,7 @@ def test_request_options_are_stored_with_the_handoff(handoffs: Handoffs) -> None
         question="Which customer?",
         channel="C1",
         reviewers=["U1", "S1"],
-        resume="tests.resume_targets:record",
+        resume="tests.support.resume_targets:record",
         expires_in=timedelta(minutes=10),
         idempotency_key="key-1",
         requester="U9",
@@ -124,7 +124,7 @@ def test_request_options_are_stored_with_the_handoff(handoffs: Handoffs) -> None
     stored = handoffs.get(handoff.id)
     assert stored.channel == "C1"
     assert stored.reviewers == ["U1", "S1"]
-    assert stored.resume_target == "tests.resume_targets:record"
+    assert stored.resume_target == "tests.support.resume_targets:record"
     assert stored.idempotency_key == "key-1"
     assert (stored.requester, stored.agent_name) == ("U9", "billing-bot")
     assert stored.metadata == {"ticket": 42}
@@ -246,11 +246,11 @@ def test_payload_limit_counts_utf8_bytes_of_non_ascii_context(handoffs: Handoffs
     [
         "nocolon",
         ":f",
-        "tests.resume_targets:",
+        "tests.support.resume_targets:",
         "no.such.module:f",
-        "tests.resume_targets:missing",
-        "tests.resume_targets:STARTED",
-        "tests.resume_targets:not_callable_with_a_handoff",
+        "tests.support.resume_targets:missing",
+        "tests.support.resume_targets:STARTED",
+        "tests.support.resume_targets:not_callable_with_a_handoff",
     ],
 )
 def test_invalid_resume_target_is_refused_and_writes_nothing(
@@ -323,7 +323,7 @@ def test_escalation_is_claimed_then_resolved_by_the_claimer(handoffs: Handoffs) 
 
 
 def test_cancel_without_resume_queues_no_resume(redis: Redis, handoffs: Handoffs) -> None:
-    handoff = handoffs.ask(**RUN, question="?", resume="tests.resume_targets:record")
+    handoff = handoffs.ask(**RUN, question="?", resume="tests.support.resume_targets:record")
 
     cancelled = handoffs.cancel(handoff.id, reason="no longer needed", resume=False)
 
@@ -337,7 +337,7 @@ def test_cancel_without_resume_queues_no_resume(redis: Redis, handoffs: Handoffs
 def test_retry_resume_of_a_resume_that_did_not_fail_is_refused(
     redis: Redis, handoffs: Handoffs
 ) -> None:
-    handoff = handoffs.ask(**RUN, question="?", resume="tests.resume_targets:record")
+    handoff = handoffs.ask(**RUN, question="?", resume="tests.support.resume_targets:record")
     handoffs.decide(handoff.id, "answered", by="U1", answer="x")
 
     with writes_nothing(redis), pytest.raises(NotRetryable):

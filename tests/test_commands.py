@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 from redis import Redis
 
-from bot import admin_views, views
-from bot.queues import ListFilter, ListKind
+from bot.blockkit import ids
+from bot.queries.listings import ListFilter, ListKind
 from bot.standin import Ephemeral
 from handlers.commands import Command, UsageError, parse_command
 from store.models import Status, TaskState
 from store.repository import TaskPolicy
-from tests import resume_targets
-from tests.slack_env import (
+from tests.support import resume_targets
+from tests.support.slack_env import (
     ADMIN,
     ALICE,
     BOB,
@@ -48,7 +48,7 @@ def _listed(reply: Ephemeral) -> list[str]:
     return [
         block["accessory"]["value"]
         for block in reply.blocks
-        if block.get("accessory", {}).get("action_id") == admin_views.LIST_SHOW
+        if block.get("accessory", {}).get("action_id") == ids.LIST_SHOW
     ]
 
 
@@ -157,11 +157,11 @@ def test_list_pages_through_120_pending_handoffs_with_next_and_previous(slack: S
     created = [slack.refund_approval(run_id=f"run-{i // 40}") for i in range(120)]
     reply = slack.command(ADMIN, "list")
     assert "1 to 20 of 120" in _text(reply)
-    assert admin_views.LIST_PREV not in _buttons(reply.blocks)
+    assert ids.LIST_PREV not in _buttons(reply.blocks)
 
     pages = [_listed(reply)]
-    while admin_views.LIST_NEXT in _buttons(reply.blocks):
-        assert slack.standin.click(ADMIN, reply, admin_views.LIST_NEXT).status == 200
+    while ids.LIST_NEXT in _buttons(reply.blocks):
+        assert slack.standin.click(ADMIN, reply, ids.LIST_NEXT).status == 200
         reply = slack.current(reply)  # replaced in place through the response_url
         pages.append(_listed(reply))
     assert [len(page) for page in pages] == [20] * 6
@@ -170,8 +170,8 @@ def test_list_pages_through_120_pending_handoffs_with_next_and_previous(slack: S
     assert "101 to 120 of 120" in _text(reply)
 
     back = [_listed(reply)]
-    while admin_views.LIST_PREV in _buttons(reply.blocks):
-        slack.standin.click(ADMIN, reply, admin_views.LIST_PREV)
+    while ids.LIST_PREV in _buttons(reply.blocks):
+        slack.standin.click(ADMIN, reply, ids.LIST_PREV)
         reply = slack.current(reply)
         back.append(_listed(reply))
     assert back == list(reversed(pages))
@@ -218,7 +218,7 @@ def test_list_mine_leaves_out_what_was_decided_and_your_own_requests(slack: Slac
 def test_details_button_shows_the_full_record(slack: SlackEnv) -> None:
     handoff_id = slack.refund_approval()
     reply = slack.command(ADMIN, "list")
-    slack.standin.click(ADMIN, reply, admin_views.LIST_SHOW, block_id=f"item_{handoff_id}")
+    slack.standin.click(ADMIN, reply, ids.LIST_SHOW, block_id=f"item_{handoff_id}")
     detail = wait_for(lambda: slack.standin.ephemerals(ADMIN)[1:])[0]
     assert handoff_id in _text(detail)
     assert "Audit trail" in _text(detail)
@@ -228,7 +228,7 @@ def test_an_admin_approves_from_the_details_of_handoff_show(slack: SlackEnv) -> 
     handoff_id = slack.refund_approval()
     detail = slack.command(ADMIN, f"show {handoff_id}")
 
-    assert slack.standin.click(ADMIN, detail, views.APPROVE).status == 200
+    assert slack.standin.click(ADMIN, detail, ids.APPROVE).status == 200
 
     assert _resumed(slack, handoff_id)["resume_data"]["decided_by"] == ADMIN
     assert slack.handoffs.get(handoff_id).status is Status.APPROVED
@@ -241,7 +241,7 @@ def test_approve_in_an_ephemeral_that_never_showed_the_handoff_is_refused(
     other = slack.refund_approval()
     detail = slack.command(ADMIN, f"show {shown}")
 
-    slack.standin.click(ADMIN, detail, views.APPROVE, value=other)  # a tampered value
+    slack.standin.click(ADMIN, detail, ids.APPROVE, value=other)  # a tampered value
 
     assert slack.handoffs.get(other).is_pending
     assert slack.handoffs.get(shown).is_pending
@@ -299,8 +299,8 @@ def test_show_gives_the_record_decision_and_audit_trail(slack: SlackEnv) -> None
     slack.posted(handoff_id)
     pending = slack.command(ADMIN, f"show {handoff_id}")
     # A pending handoff keeps the channel message's buttons (same listeners).
-    assert {views.APPROVE, views.REJECT, views.EDIT} <= _buttons(pending.blocks)
-    slack.standin.click(ALICE, slack.posted(handoff_id), views.APPROVE)
+    assert {ids.APPROVE, ids.REJECT, ids.EDIT} <= _buttons(pending.blocks)
+    slack.standin.click(ALICE, slack.posted(handoff_id), ids.APPROVE)
     _resumed(slack, handoff_id)
     shown = _text(slack.command(ADMIN, f"show {handoff_id}"))
     for expected in ("approved", "run-refund", "Audit trail", "*decided*", "*resumed*"):
@@ -342,12 +342,12 @@ def test_reassign_reposts_points_the_old_message_there_and_decides_once(slack: S
     assert f"<#{OTHER_CHANNEL}>" in _text(reply)
     assert ("reassigned", ADMIN) in _events(slack, handoff_id)
     new = wait_for(lambda: slack.standin.messages(OTHER_CHANNEL))[0]
-    assert views.APPROVE in _buttons(new.blocks)
+    assert ids.APPROVE in _buttons(new.blocks)
     wait_for(lambda: OTHER_CHANNEL in json.dumps(slack.standin.message(CHANNEL, old.ts).blocks))
     assert _listed(slack.command(ADMIN, f"list <#{OTHER_CHANNEL}|other>")) == [handoff_id]
 
-    slack.standin.click(ALICE, new, views.APPROVE)
-    slack.standin.click(BOB, old, views.APPROVE)  # a screen still showing the old message
+    slack.standin.click(ALICE, new, ids.APPROVE)
+    slack.standin.click(BOB, old, ids.APPROVE)  # a screen still showing the old message
     assert slack.handoffs.get(handoff_id).resume_data.decided_by == ALICE
     assert _resumed(slack, handoff_id)["status"] == "approved"
     decided = [e for e, _ in _events(slack, handoff_id) if e == "decided"]
@@ -373,7 +373,7 @@ def test_retry_reruns_a_resume_that_failed_after_its_retries(
         run_id="run-retry",
         thread_id="t",
         action="ship",
-        resume="tests.resume_targets:fail_while_flagged",
+        resume="tests.support.resume_targets:fail_while_flagged",
     ).id
     slack.handoffs.decide(handoff_id, "approved", by=ALICE)
     wait_for(lambda: slack.handoffs.get(handoff_id).resume.state is TaskState.FAILED, timeout=30)

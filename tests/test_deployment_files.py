@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from bot.cli import main
-from bot.server import HEALTH_PATH
+from bot.http.wsgi import HEALTH_PATH
 from tests.conftest import ROOT
 
 PLATFORM_ENV = {"PORT": "5000"}

@@ -13,7 +13,7 @@ from examples import langgraph_refund, openai_agents_refund, plain_python_refund
 from examples._common import decide_all, wait_for_result
 from store.models import RequestType
 from tests.conftest import WorkerProcesses
-from tests.preloaded_workers import start_preloaded_worker
+from tests.support.preloaded_workers import start_preloaded_worker
 from worker.adapters.langgraph import resume_thread
 from worker.adapters.openai_agents import resume_run
 from worker.adapters.pauses import forget_built

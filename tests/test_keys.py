@@ -96,7 +96,7 @@ def test_a_whole_lifecycle_writes_only_keys_of_its_namespace_slot(redis: Redis) 
         payload=QuestionPayload(question="Which customer?"),
         channel="C1",
         reviewers=["U1", "S1"],
-        resume_target="tests.resume_targets:record",
+        resume_target="tests.support.resume_targets:record",
         idempotency_key="idem-1",
         expires_in_seconds=60,
     )

@@ -136,7 +136,7 @@ def test_a_stored_hash_reads_back_with_every_field(redis: Redis) -> None:
             reviewers=["U1", "S2"],
             requester="U9",
             agent_name="billing-bot",
-            resume_target="tests.resume_targets:record",
+            resume_target="tests.support.resume_targets:record",
             idempotency_key="k1",
             expires_in_seconds=60,
             metadata={"ticket": 42},

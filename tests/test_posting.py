@@ -8,7 +8,7 @@ import pytest
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
-from bot.posting import AnswerLost, Poster, PostTag, delete_extra
+from bot.delivery.posting import AnswerLost, Poster, PostTag, delete_extra
 from bot.standin import Message, SlackStandIn, StandInUser
 
 CHANNEL = "C0APPROVALS"

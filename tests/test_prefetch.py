@@ -13,13 +13,13 @@ from redis import Redis
 from slack_sdk import WebClient
 from slack_sdk.signature import SignatureVerifier
 
-from bot.gate import Admitted, Rejection, RequestGate
+from bot.access.reviewers import ReviewerPolicy
+from bot.http.checks import Admitted, Rejection, RequestGate
+from bot.http.prefetch import clicked_handoff_read
+from bot.http.replay import Prefetched, ReplayGuard
 from bot.keys import BotKeys
-from bot.replay import Prefetched, ReplayGuard
-from bot.reviewers import ReviewerPolicy
 from handlers.decisions import Refusal, load_for
 from handlers.deps import HandlerDeps
-from handlers.prefetch import clicked_handoff_read
 from store.models import Handoff, Status
 from worker.client import Handoffs
 

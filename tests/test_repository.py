@@ -32,9 +32,9 @@ from store.models import (
     TaskState,
 )
 from store.repository import HandoffStore, StoreConfig, TaskPolicy
-from tests.redis_state import snapshot
+from tests.support.redis_state import snapshot
 
-RESUME_TARGET = "tests.resume_targets:record"
+RESUME_TARGET = "tests.support.resume_targets:record"
 UNKNOWN_ID = "ho_01JDZ3Q6T5N9W2V8K4M7R1X0BC"
 
 PAYLOADS: dict[RequestType, dict[str, Any]] = {

@@ -16,7 +16,7 @@ import pytest
 from redis import Redis
 from slack_sdk import WebClient
 
-from bot.reviewers import ReviewerPolicy
+from bot.access.reviewers import ReviewerPolicy
 from store.keys import KeySpace
 from store.models import Handoff, RequestType, Status
 

@@ -13,10 +13,10 @@ from urllib.parse import urlencode
 import pytest
 from redis import Redis
 
-from bot import views
+from bot.blockkit import ids
 from store.models import Status, TaskState
-from tests import resume_targets
-from tests.slack_env import ADMIN, ALICE, BOB, CAROL, CHANNEL, SlackEnv, wait_for
+from tests.support import resume_targets
+from tests.support.slack_env import ADMIN, ALICE, BOB, CAROL, CHANNEL, SlackEnv, wait_for
 
 
 @pytest.fixture
@@ -72,7 +72,7 @@ def _approval(slack: SlackEnv, **options) -> str:
             "required": ["order_id", "amount"],
         },
         context="Customer was charged twice.",
-        resume="tests.resume_targets:record",
+        resume="tests.support.resume_targets:record",
         **options,
     ).id
 
@@ -81,10 +81,10 @@ def test_approval_click_decides_updates_the_message_and_resumes_the_run(slack: S
     handoff_id = _approval(slack)
     message = slack.posted(handoff_id)
     assert message.channel == CHANNEL
-    assert {views.APPROVE, views.REJECT, views.EDIT} <= _action_ids(message.blocks)
+    assert {ids.APPROVE, ids.REJECT, ids.EDIT} <= _action_ids(message.blocks)
     assert message.metadata["event_payload"]["handoff_id"] == handoff_id
 
-    response = slack.standin.click(ALICE, message, views.APPROVE)
+    response = slack.standin.click(ALICE, message, ids.APPROVE)
     assert response.status == 200
 
     assert slack.handoffs.get(handoff_id).status is Status.APPROVED
@@ -108,7 +108,7 @@ def test_double_click_and_two_reviewers_at_once_make_one_decision(slack: SlackEn
 
     def click(user: str) -> None:
         barrier.wait()
-        statuses.append(slack.standin.click(user, message, views.APPROVE).status)
+        statuses.append(slack.standin.click(user, message, ids.APPROVE).status)
 
     threads = [threading.Thread(target=click, args=(u,)) for u in (ALICE, ALICE, BOB)]
     for thread in threads:
@@ -132,25 +132,25 @@ def test_unauthorized_click_is_denied_audited_and_changes_nothing(slack: SlackEn
     handoff_id = _approval(slack, reviewers=[ALICE, "S0FINANCE"])
     message = slack.posted(handoff_id)
 
-    slack.standin.click(CAROL, message, views.APPROVE)
+    slack.standin.click(CAROL, message, ids.APPROVE)
 
     assert slack.handoffs.get(handoff_id).status is Status.PENDING
     [denial] = slack.standin.ephemerals(CAROL)
     assert f"Only <@{ALICE}>" in denial.text
     assert "denied" in [e.event for e in slack.handoffs.audit(handoff_id)]
     # A member of the listed user group may decide.
-    slack.standin.click(BOB, message, views.APPROVE)
+    slack.standin.click(BOB, message, ids.APPROVE)
     assert slack.handoffs.get(handoff_id).resume_data.decided_by == BOB
 
 
 def test_reject_with_a_reason_through_the_modal(slack: SlackEnv) -> None:
     handoff_id = _approval(slack)
-    slack.standin.click(ALICE, slack.posted(handoff_id), views.REJECT)
+    slack.standin.click(ALICE, slack.posted(handoff_id), ids.REJECT)
     [modal] = slack.standin.views(ALICE)
-    assert modal.callback_id == views.REJECT_MODAL
+    assert modal.callback_id == ids.REJECT_MODAL
 
     response = slack.standin.submit_view(
-        ALICE, modal, {views.REASON_BLOCK: {views.VALUE: "Refund policy: 90 days passed"}}
+        ALICE, modal, {ids.REASON_BLOCK: {ids.VALUE: "Refund policy: 90 days passed"}}
     )
     assert response.status == 200
 
@@ -163,24 +163,24 @@ def test_reject_with_a_reason_through_the_modal(slack: SlackEnv) -> None:
 
 def test_edit_shows_inline_errors_then_approves_with_typed_arguments(slack: SlackEnv) -> None:
     handoff_id = _approval(slack)
-    slack.standin.click(ALICE, slack.posted(handoff_id), views.EDIT)
+    slack.standin.click(ALICE, slack.posted(handoff_id), ids.EDIT)
     [modal] = slack.standin.views(ALICE)
-    amount_block = views.arg_block_id("amount")
-    order_block = views.arg_block_id("order_id")
+    amount_block = ids.arg_block_id("amount")
+    order_block = ids.arg_block_id("order_id")
 
     bad = slack.standin.submit_view(
-        ALICE, modal, {order_block: {views.VALUE: "A-1001"}, amount_block: {views.VALUE: "thirty"}}
+        ALICE, modal, {order_block: {ids.VALUE: "A-1001"}, amount_block: {ids.VALUE: "thirty"}}
     )
     assert bad.json()["response_action"] == "errors"
     assert amount_block in bad.json()["errors"]
     too_much = slack.standin.submit_view(
-        ALICE, modal, {order_block: {views.VALUE: "A-1001"}, amount_block: {views.VALUE: "500"}}
+        ALICE, modal, {order_block: {ids.VALUE: "A-1001"}, amount_block: {ids.VALUE: "500"}}
     )
     assert "100" in too_much.json()["errors"][amount_block]
     assert slack.handoffs.get(handoff_id).status is Status.PENDING
 
     good = slack.standin.submit_view(
-        ALICE, modal, {order_block: {views.VALUE: "A-1001"}, amount_block: {views.VALUE: "25"}}
+        ALICE, modal, {order_block: {ids.VALUE: "A-1001"}, amount_block: {ids.VALUE: "25"}}
     )
     assert good.status == 200
     assert not good.body or "errors" not in good.text
@@ -195,12 +195,12 @@ def test_question_answered_in_a_modal(slack: SlackEnv) -> None:
         thread_id="t",
         question="Which customer first?",
         choices=["Dana", "Sam"],
-        resume="tests.resume_targets:record",
+        resume="tests.support.resume_targets:record",
     )
-    slack.standin.click(BOB, slack.posted(handoff.id), views.ANSWER)
+    slack.standin.click(BOB, slack.posted(handoff.id), ids.ANSWER)
     [modal] = slack.standin.views(BOB)
     slack.standin.submit_view(
-        BOB, modal, {views.ANSWER_BLOCK: {views.VALUE: "Dana, she is enterprise"}}
+        BOB, modal, {ids.ANSWER_BLOCK: {ids.VALUE: "Dana, she is enterprise"}}
     )
     resumed = _wait_resumed(slack, handoff.id)
     assert resumed["status"] == "answered"
@@ -212,7 +212,7 @@ def test_question_answered_in_its_thread_once_despite_slack_retries(slack: Slack
         run_id="run-q",
         thread_id="t",
         question="Which region?",
-        resume="tests.resume_targets:record",
+        resume="tests.support.resume_targets:record",
     )
     message = slack.posted(handoff.id)
 
@@ -250,14 +250,14 @@ def test_correction_is_edited_and_sent_back(slack: SlackEnv) -> None:
         thread_id="t",
         draft="Dear custmer, we refunded you.",
         instructions="Fix typos",
-        resume="tests.resume_targets:record",
+        resume="tests.support.resume_targets:record",
     )
-    slack.standin.click(ALICE, slack.posted(handoff.id), views.CORRECT)
+    slack.standin.click(ALICE, slack.posted(handoff.id), ids.CORRECT)
     [modal] = slack.standin.views(ALICE)
     slack.standin.submit_view(
         ALICE,
         modal,
-        {f"{views.DRAFT_BLOCK_PREFIX}0": {views.VALUE: "Dear customer, we refunded you."}},
+        {f"{ids.DRAFT_BLOCK_PREFIX}0": {ids.VALUE: "Dear customer, we refunded you."}},
     )
     resumed = _wait_resumed(slack, handoff.id)
     assert resumed["status"] == "approved"
@@ -269,23 +269,23 @@ def test_escalation_is_claimed_then_resolved_by_its_claimer(slack: SlackEnv) -> 
         run_id="run-x",
         thread_id="t",
         summary="Customer threatens legal action",
-        resume="tests.resume_targets:record",
+        resume="tests.support.resume_targets:record",
     )
-    slack.standin.click(ALICE, slack.posted(handoff.id), views.CLAIM)
+    slack.standin.click(ALICE, slack.posted(handoff.id), ids.CLAIM)
     assert slack.handoffs.get(handoff.id).claimed_by == ALICE
     claimed = wait_for(
-        lambda: (m := slack.posted(handoff.id)) and views.RESOLVE in _action_ids(m.blocks) and m
+        lambda: (m := slack.posted(handoff.id)) and ids.RESOLVE in _action_ids(m.blocks) and m
     )
     assert f"Claimed by <@{ALICE}>" in _text(claimed.blocks)
 
-    slack.standin.click(BOB, claimed, views.RESOLVE)
+    slack.standin.click(BOB, claimed, ids.RESOLVE)
     assert slack.standin.views(BOB) == []
     assert "claimed" in slack.standin.ephemerals(BOB)[0].text
 
-    slack.standin.click(ALICE, claimed, views.RESOLVE)
+    slack.standin.click(ALICE, claimed, ids.RESOLVE)
     [modal] = slack.standin.views(ALICE)
     slack.standin.submit_view(
-        ALICE, modal, {views.RESOLUTION_BLOCK: {views.VALUE: "Called them; settled."}}
+        ALICE, modal, {ids.RESOLUTION_BLOCK: {ids.VALUE: "Called them; settled."}}
     )
     resumed = _wait_resumed(slack, handoff.id)
     assert resumed["status"] == "answered"
@@ -299,9 +299,9 @@ def test_view_full_opens_the_whole_50_kb_payload(slack: SlackEnv) -> None:
         run_id="run-big", thread_id="t", draft=big, context="long"
     )
     message = slack.posted(handoff.id)
-    assert views.VIEW_FULL in _action_ids(message.blocks)
+    assert ids.VIEW_FULL in _action_ids(message.blocks)
 
-    slack.standin.click(CAROL, message, views.VIEW_FULL)
+    slack.standin.click(CAROL, message, ids.VIEW_FULL)
     [modal] = slack.standin.views(CAROL)
     shown = "".join(
         block["text"]["text"]
@@ -330,7 +330,7 @@ def test_forged_and_stale_requests_get_401_and_change_nothing(slack: SlackEnv) -
     payload = {
         "type": "block_actions",
         "user": {"id": ADMIN},
-        "actions": [{"action_id": views.APPROVE, "value": handoff_id, "type": "button"}],
+        "actions": [{"action_id": ids.APPROVE, "value": handoff_id, "type": "button"}],
         "trigger_id": "1.2.3",
         "response_url": slack.standin.api_url,
         "container": {"type": "message", "message_ts": message.ts, "channel_id": CHANNEL},

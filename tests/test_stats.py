@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from redis import Redis
 
-from bot.stats import compute_stats, percentile
+from bot.queries.stats import compute_stats, percentile
 from store.models import TaskKind
-from tests.slack_env import ADMIN, ALICE, SlackEnv, running_slack, wait_for
+from tests.support.slack_env import ADMIN, ALICE, SlackEnv, running_slack, wait_for
 from worker.client import Handoffs
 
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from redis import Redis
 
-from bot import views
+from bot.blockkit import ids
 from bot.standin import ElementNotFound
 from store.models import Status, TaskState
-from tests import resume_targets
-from tests.slack_env import ADMIN, ALICE, CAROL, CHANNEL, SlackEnv, wait_for
+from tests.support import resume_targets
+from tests.support.slack_env import ADMIN, ALICE, CAROL, CHANNEL, SlackEnv, wait_for
 
 ONCALL = "C0ONCALL"
 OTHER = "C0OTHERTEAM"
@@ -47,7 +47,7 @@ def test_reminders_then_escalation_then_one_decision_from_the_escalation_copy(
         action="rotate_keys",
         args={"service": "billing"},
         reviewers=[ALICE],
-        resume="tests.resume_targets:record",
+        resume="tests.support.resume_targets:record",
         remind_after=0.6,
         max_reminders=2,
         escalate_after=2.0,
@@ -66,9 +66,9 @@ def test_reminders_then_escalation_then_one_decision_from_the_escalation_copy(
     assert len(_bot_replies(slack, CHANNEL, primary.ts)) == 2  # at most max_reminders
 
     # Carol is not a reviewer, but the escalation channel's members may now decide.
-    slack.standin.click(CAROL, copy, views.APPROVE)
+    slack.standin.click(CAROL, copy, ids.APPROVE)
     assert slack.handoffs.get(handoff.id).resume_data.decided_by == CAROL
-    slack.standin.click(ALICE, primary, views.APPROVE)  # too late: told who decided
+    slack.standin.click(ALICE, primary, ids.APPROVE)  # too late: told who decided
     assert "Already approved" in slack.standin.ephemerals(ALICE)[0].text
 
     wait_for(lambda: slack.handoffs.get(handoff.id).notify.state is TaskState.COMPLETED)
@@ -108,7 +108,7 @@ def test_reassigned_handoff_is_reposted_and_the_old_message_points_there(slack: 
         thread_id="t",
         action="deploy",
         args={"env": "prod"},
-        resume="tests.resume_targets:record",
+        resume="tests.support.resume_targets:record",
     ).id
     old = slack.posted(handoff_id)
 
@@ -116,16 +116,16 @@ def test_reassigned_handoff_is_reposted_and_the_old_message_points_there(slack: 
 
     wait_for(lambda: slack.standin.messages(OTHER), timeout=20)
     [new] = slack.standin.messages(OTHER)
-    assert views.APPROVE in _buttons(new.blocks)
+    assert ids.APPROVE in _buttons(new.blocks)
     moved = wait_for(lambda: (m := slack.standin.message(CHANNEL, old.ts)).updates and m)
     assert f"<#{OTHER}>" in json.dumps(moved.blocks)
     assert _buttons(moved.blocks) == set()
     with pytest.raises(ElementNotFound):
-        slack.standin.click(ALICE, moved, views.APPROVE)
+        slack.standin.click(ALICE, moved, ids.APPROVE)
     assert slack.handoffs.list_pending(channel=OTHER).items[0].id == handoff_id
     assert slack.handoffs.list_pending(channel=CHANNEL).items == []
 
-    slack.standin.click(ALICE, new, views.APPROVE)
+    slack.standin.click(ALICE, new, ids.APPROVE)
     wait_for(lambda: slack.handoffs.get(handoff_id).resume.state is TaskState.COMPLETED)
     assert "reassigned" in [e.event for e in slack.handoffs.audit(handoff_id)]
 
@@ -136,7 +136,7 @@ def test_expire_now_resumes_with_expired_and_updates_the_message(slack: SlackEnv
         thread_id="t",
         action="deploy",
         args={},
-        resume="tests.resume_targets:record",
+        resume="tests.support.resume_targets:record",
     ).id
     message = slack.posted(handoff_id)
 

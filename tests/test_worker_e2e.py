@@ -17,8 +17,8 @@ from redis import Redis
 from store.exceptions import AlreadyDecided
 from store.models import Status, TaskKind, TaskState
 from store.repository import TaskPolicy
-from tests import resume_targets
 from tests.conftest import WorkerProcesses, wait_until
+from tests.support import resume_targets
 from worker.client import Handoffs
 
 
@@ -43,7 +43,7 @@ def test_decided_handoff_is_delivered_and_resumed_once_with_its_decision(
     redis: Redis, handoffs: Handoffs, workers: WorkerProcesses
 ) -> None:
     workers.start()
-    handoff_id = _approval(handoffs, "tests.resume_targets:record")
+    handoff_id = _approval(handoffs, "tests.support.resume_targets:record")
     wait_until(lambda: handoffs.get(handoff_id).delivery.state is TaskState.COMPLETED)
 
     handoffs.decide(handoff_id, "approved", by="U_ALICE", edited_args={"amount": 25})
@@ -73,7 +73,7 @@ def test_async_resume_target_runs_to_completion(
         run_id="run-async",
         thread_id="t",
         question="Which customer?",
-        resume="tests.resume_targets:record_async",
+        resume="tests.support.resume_targets:record_async",
     )
     handoffs.decide(handoff.id, "answered", by="U_BOB", answer="Dana")
     wait_until(lambda: redis.llen(resume_targets.COMPLETED) == 1)
@@ -84,7 +84,7 @@ def test_async_resume_target_runs_to_completion(
 def test_fifty_concurrent_decisions_make_one_winner_and_one_resume(
     redis: Redis, handoffs: Handoffs, workers: WorkerProcesses
 ) -> None:
-    handoff_id = _approval(handoffs, "tests.resume_targets:record")
+    handoff_id = _approval(handoffs, "tests.support.resume_targets:record")
     barrier = threading.Barrier(50)
     winners: list[str] = []
     losers: list[AlreadyDecided] = []
@@ -128,7 +128,7 @@ def test_worker_killed_mid_resume_is_retried_and_completes_once(
     )
     handoffs = Handoffs(redis, tasks=policy)
     first = workers.start(args=[mode])
-    handoff_id = _approval(handoffs, "tests.resume_targets:hang_on_first_attempt")
+    handoff_id = _approval(handoffs, "tests.support.resume_targets:hang_on_first_attempt")
     handoffs.decide(handoff_id, "approved", by="U_ALICE")
     wait_until(lambda: redis.llen(resume_targets.STARTED) == 1)
 
@@ -158,7 +158,7 @@ def test_failing_target_is_retried_then_marked_failed_and_can_be_retried(
 ) -> None:
     redis.set(resume_targets.FAIL_FLAG, "1")
     workers.start()
-    handoff_id = _approval(handoffs, "tests.resume_targets:fail_while_flagged")
+    handoff_id = _approval(handoffs, "tests.support.resume_targets:fail_while_flagged")
     handoffs.decide(handoff_id, "rejected", by="U_ALICE", comment="too much")
 
     wait_until(lambda: handoffs.get(handoff_id).resume.state is TaskState.FAILED)
@@ -184,7 +184,7 @@ def test_expired_handoff_resumes_its_run_with_expired_never_approved(
 ) -> None:
     workers.start()
     handoff_id = _approval(
-        handoffs, "tests.resume_targets:record", expires_in=timedelta(milliseconds=300)
+        handoffs, "tests.support.resume_targets:record", expires_in=timedelta(milliseconds=300)
     )
     expired = handoffs.wait(handoff_id, timeout=10)
     assert expired.status is Status.EXPIRED
@@ -196,7 +196,7 @@ def test_expired_handoff_resumes_its_run_with_expired_never_approved(
 
 
 def test_wait_returns_within_100_ms_of_a_decision(handoffs: Handoffs) -> None:
-    handoff_id = _approval(handoffs, "tests.resume_targets:record")
+    handoff_id = _approval(handoffs, "tests.support.resume_targets:record")
     returned_at: list[float] = []
 
     def waiter() -> None:

@@ -23,7 +23,7 @@ from store.models import (
     TaskKind,
 )
 from store.repository import HandoffStore, StoreConfig, TaskPolicy
-from worker.targets import resolve_target
+from worker.resume_targets import resolve_target
 
 # While waiting, re-read the handoff this often in case a pub/sub message was missed
 # (for example across a reconnect). Decisions normally arrive by push, not by this.

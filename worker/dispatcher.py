@@ -24,6 +24,7 @@ from rq import Queue
 from rq.job import JobStatus
 
 from store import defaults
+from store.decoding import as_text
 from store.models import TaskKind
 from store.repository import DueTask, HandoffStore
 
@@ -142,15 +143,11 @@ class Dispatcher:
             return set()
         pipe = redis.pipeline(transaction=False)
         for _, job_id in earlier:
-            pipe.hget(self.queue.job_class.key_for(_text(job_id)), "status")
+            pipe.hget(self.queue.job_class.key_for(as_text(job_id)), "status")
         pipe.lrange(self.queue.intermediate_queue_key, 0, -1)
         *statuses, taken = pipe.execute()
         return {
             task
             for (task, job_id), status in zip(earlier, statuses, strict=True)
-            if status is not None and _text(status) == JobStatus.QUEUED and job_id not in taken
+            if status is not None and as_text(status) == JobStatus.QUEUED and job_id not in taken
         }
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

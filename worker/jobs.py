@@ -21,7 +21,7 @@ from rq import get_current_job
 from store.models import Handoff, TaskKind
 from store.repository import HandoffStore, StoreConfig
 from worker.notifier import LoggingNotifier, Notifier
-from worker.targets import call_target, resolve_target
+from worker.resume_targets import call_target, resolve_target
 
 logger = logging.getLogger(__name__)
 

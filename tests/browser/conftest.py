@@ -20,9 +20,9 @@ from redis import Redis
 
 from bot.standin import SlackStandIn
 from store.models import TaskState
-from tests import resume_targets
 from tests.conftest import ROOT
-from tests.slack_env import (
+from tests.support import resume_targets
+from tests.support.slack_env import (
     BOT_TOKEN,
     CHANNEL,
     SIGNING_SECRET,

@@ -18,10 +18,10 @@ import pytest
 from slack_sdk import WebClient
 from slack_sdk.signature import SignatureVerifier
 
-from bot import views
+from bot.blockkit import ids
 from bot.standin import SlackStandIn, StandInUser, workbench
 from tests.browser.conftest import Workbench, WorkbenchSlack
-from tests.slack_env import ADMIN, ALICE, BOB, CHANNEL, wait_for
+from tests.support.slack_env import ADMIN, ALICE, BOB, CHANNEL, wait_for
 
 try:
     from playwright.sync_api import expect
@@ -45,7 +45,7 @@ def _approval(slack: WorkbenchSlack, **options: Any) -> str:
         },
         context="Dana Lee was charged twice for order A-1001; I want to refund one charge.",
         agent_name="support-agent",
-        resume="tests.resume_targets:record",
+        resume="tests.support.resume_targets:record",
         **options,
     ).id
 
@@ -107,7 +107,7 @@ def test_an_invalid_edit_shows_the_inline_error(
 
     modal = page.get_by_role("dialog")
     expect(modal).to_contain_text("Edit arguments")
-    amount = modal.locator(f"[data-block-id='{views.arg_block_id('amount')}']")
+    amount = modal.locator(f"[data-block-id='{ids.arg_block_id('amount')}']")
     amount.get_by_role("textbox").fill("500")
     modal.get_by_role("button", name="Approve edited").click()
     # The bot answered response_action "errors": shown under the input, the modal stays open.
@@ -133,7 +133,7 @@ def test_a_question_is_answered_in_its_thread(slack: WorkbenchSlack, workbench: 
         choices=["eu-west-1", "us-east-1"],
         context="Both regions run the affected version.",
         agent_name="deploy-agent",
-        resume="tests.resume_targets:record",
+        resume="tests.support.resume_targets:record",
     ).id
     posted = slack.posted(handoff_id)
     page = workbench.open(BOB)

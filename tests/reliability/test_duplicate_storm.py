@@ -30,14 +30,14 @@ from typing import Any, TypeVar
 import pytest
 from redis import Redis
 
-from bot import views
+from bot.blockkit import ids as block_ids
 from bot.standin import Ephemeral, Message, StandInUser, View, interaction_body
 from store.models import Handoff, RequestType, Status
-from tests import resume_targets
 from tests.conftest import wait_until
-from tests.reliability.runs import run_size, seeded
-from tests.reliability.signed_http import FORM, JSON, Answer, SignedSender
-from tests.slack_env import ADMIN, ALICE, BOB, SIGNING_SECRET, SlackEnv
+from tests.support import resume_targets
+from tests.support.runs import run_size, seeded
+from tests.support.signed_http import FORM, JSON, Answer, SignedSender
+from tests.support.slack_env import ADMIN, ALICE, BOB, SIGNING_SECRET, SlackEnv
 
 HANDOFFS = 1000
 SOAK_HANDOFFS = 5000
@@ -155,7 +155,7 @@ def _create(slack: SlackEnv, count: int) -> dict[str, RequestType]:
             "run_id": f"storm-{number}",
             "thread_id": f"thread-{number}",
             "reviewers": REVIEWERS,
-            "resume": "tests.resume_targets:record",
+            "resume": "tests.support.resume_targets:record",
         }
         if number % 2 == 0:
             handoff = slack.handoffs.request_approval(
@@ -198,7 +198,7 @@ def _open_modals(
     openings = []
     for number, handoff_id in enumerate(wave):
         kind = kinds[handoff_id]
-        action = views.REJECT if kind is RequestType.APPROVAL else views.ANSWER
+        action = block_ids.REJECT if kind is RequestType.APPROVAL else block_ids.ANSWER
         for index in range(MODALS):
             user = team[number * MODALS + index]
             url = slack.bot_urls[(number + index) % SERVES]
@@ -214,7 +214,10 @@ def _open_modals(
         answers = _in_parallel(open_modal, openings)
         assert [a for a in answers if a.status != 200] == []
         for view in slack.standin.views():
-            if view.callback_id in (views.REJECT_MODAL, views.ANSWER_MODAL) and not view.closed:
+            if (
+                view.callback_id in (block_ids.REJECT_MODAL, block_ids.ANSWER_MODAL)
+                and not view.closed
+            ):
                 opened[(json.loads(view.private_metadata)["handoff_id"], view.user)] = view
         openings = [o for o in openings if (o[0], o[1]) not in opened]
         if not openings:
@@ -243,18 +246,18 @@ def _storm(
         group: list[Decision] = []
         if kinds[handoff_id] is RequestType.APPROVAL:
             for user in rng.choices(CLICKERS, k=CLICKS_OR_REPLIES):  # double clicks included
-                payload = standin.click_payload(user, message, views.APPROVE)
+                payload = standin.click_payload(user, message, block_ids.APPROVE)
                 group.append(Decision(handoff_id, "button", user, interaction_body(payload), FORM))
-            block = views.REASON_BLOCK
+            block = block_ids.REASON_BLOCK
         else:
             for user in rng.choices(CLICKERS, k=CLICKS_OR_REPLIES):
                 _, event = standin.message_event(
                     user, message.channel, f"Dock 4, says {user}", thread_ts=message.ts
                 )
                 group.append(Decision(handoff_id, "thread", user, standin.event_body(event), JSON))
-            block = views.ANSWER_BLOCK
+            block = block_ids.ANSWER_BLOCK
         for view in modals[handoff_id]:
-            values = {block: {views.VALUE: f"From {view.user}: dock 7 / too much"}}
+            values = {block: {block_ids.VALUE: f"From {view.user}: dock 7 / too much"}}
             payload = standin.submission_payload(view.user, view, values)
             group.append(Decision(handoff_id, "modal", view.user, interaction_body(payload), FORM))
         rng.shuffle(group)

@@ -31,15 +31,15 @@ from typing import Any
 import pytest
 from redis import Redis
 
-from bot import views
+from bot.blockkit import ids as block_ids
 from bot.standin import interaction_body
 from store.exceptions import AlreadyDecided
 from store.models import Handoff, Status
-from tests import resume_targets
 from tests.conftest import wait_until
-from tests.reliability.runs import run_size, seeded
-from tests.reliability.signed_http import FORM, Answer, SignedSender
-from tests.slack_env import ALICE, BOB, SIGNING_SECRET, SlackEnv
+from tests.support import resume_targets
+from tests.support.runs import run_size, seeded
+from tests.support.signed_http import FORM, Answer, SignedSender
+from tests.support.slack_env import ALICE, BOB, SIGNING_SECRET, SlackEnv
 
 RACES = 200
 SOAK_RACES = 1000
@@ -137,7 +137,7 @@ def _create_batch(slack: SlackEnv, size: int, rng: random.Random) -> list[Race]:
             action="issue_refund",
             args={"amount": 30},
             reviewers=[ALICE],
-            resume="tests.resume_targets:record",
+            resume="tests.support.resume_targets:record",
             expires_in=timedelta(seconds=EXPIRES_IN),
         )
         assert handoff.expires_at is not None
@@ -186,7 +186,7 @@ def _decide(slack: SlackEnv, sender: SignedSender, race: Race) -> None:
     message = slack.standin.message(refs["channel"], refs["ts"])
     answer: Answer = sender.post(
         slack.bot_urls[0],
-        interaction_body(slack.standin.click_payload(ALICE, message, views.APPROVE)),
+        interaction_body(slack.standin.click_payload(ALICE, message, block_ids.APPROVE)),
         FORM,
     )
     assert answer.status == 200, answer

@@ -31,14 +31,14 @@ import pytest
 from redis import Redis
 from redis.exceptions import RedisError
 
-from bot import views
+from bot.blockkit import ids
 from bot.standin import Message
 from store.models import Status, TaskState
 from store.repository import TaskPolicy
-from tests import resume_targets
 from tests.conftest import WorkerProcesses, wait_until
-from tests.reliability.redis_server import RedisServer
-from tests.slack_env import ADMIN, ALICE, BOB, CAROL, CHANNEL, OWNER, SlackEnv
+from tests.support import resume_targets
+from tests.support.redis_server import RedisServer
+from tests.support.slack_env import ADMIN, ALICE, BOB, CAROL, CHANNEL, OWNER, SlackEnv
 from worker.client import Handoffs
 
 RESTARTS = 1
@@ -135,7 +135,7 @@ class Traffic:
                     thread_id="t",
                     action="issue_refund",
                     args={"order_id": f"A-{n}"},
-                    resume="tests.resume_targets:record_after_a_while",
+                    resume="tests.support.resume_targets:record_after_a_while",
                     idempotency_key=key,
                 )
             except RedisError:
@@ -176,7 +176,7 @@ class Traffic:
         """Click Approve and remember the decision if the bot acknowledged it; False when
         the person is told to try again."""
         before = len(replies_to(self.slack, user, message))
-        response = self.slack.standin.click(user, message, views.APPROVE)
+        response = self.slack.standin.click(user, message, ids.APPROVE)
         replies = replies_to(self.slack, user, message)[before:]
         outcome = "acknowledged" if not replies else "refused"
         if any(TRY_AGAIN in text for text in replies) or response.status != 200:
@@ -227,18 +227,18 @@ def probe_every_surface_while_down(
     standin = slack.standin
     assert health(slack) == 503
 
-    clicked = standin.click(CAROL, approval, views.APPROVE)
+    clicked = standin.click(CAROL, approval, ids.APPROVE)
     assert clicked.status == 200, clicked
     assert TRY_AGAIN in " ".join(replies_to(slack, CAROL, approval))
 
     # A modal opened before the outage is submitted during it.
     [modal] = [v for v in standin.views(CAROL) if not v.closed]
-    submitted = standin.submit_view(CAROL, modal, {views.REASON_BLOCK: {views.VALUE: "no"}})
+    submitted = standin.submit_view(CAROL, modal, {ids.REASON_BLOCK: {ids.VALUE: "no"}})
     assert submitted.status == 200, submitted
     assert TRY_AGAIN in json.dumps(submitted.json().get("errors")), submitted.text
 
     shown = len(replies_to(slack, CAROL, approval))
-    opening = standin.click(CAROL, approval, views.REJECT)
+    opening = standin.click(CAROL, approval, ids.REJECT)
     assert opening.status == 200, opening
     assert TRY_AGAIN in " ".join(replies_to(slack, CAROL, approval)[shown:])
 
@@ -285,7 +285,7 @@ def test_redis_killed_and_restarted_during_traffic_loses_no_acknowledged_decisio
     for _ in range(restarts):
         time.sleep(TRAFFIC_SECONDS)
         standin_views = len(slack.standin.views(CAROL))
-        slack.standin.click(CAROL, probe, views.REJECT)
+        slack.standin.click(CAROL, probe, ids.REJECT)
         slack.standin.wait_for(lambda n=standin_views: len(slack.standin.views(CAROL)) > n)
         server.kill()
         down = time.monotonic()
@@ -356,7 +356,7 @@ def test_a_worker_whose_redis_wait_runs_out_mid_job_carries_on_once_redis_is_bac
             run_id="run-1",
             thread_id="t",
             action="issue_refund",
-            resume="tests.resume_targets:record_after_a_while",
+            resume="tests.support.resume_targets:record_after_a_while",
         )
         agent.decide(handoff.id, "approved", by=ALICE)
         wait_until(lambda: redis.llen(resume_targets.STARTED), timeout=30, interval=0.005)

@@ -24,15 +24,15 @@ from pathlib import Path
 import pytest
 from redis import Redis
 
-from bot import views
-from bot.notifier import DUPLICATE_EVENT_TYPE, METADATA_EVENT_TYPE, RECORD_EVENT_TYPE
+from bot.blockkit import ids as block_ids
+from bot.delivery.slack_notifier import DUPLICATE_EVENT_TYPE, METADATA_EVENT_TYPE, RECORD_EVENT_TYPE
 from bot.standin import Message
 from handlers.decisions import STILL_POSTING
 from store.models import Status, TaskState
 from store.repository import TaskPolicy
-from tests import resume_targets
 from tests.conftest import wait_until
-from tests.slack_env import ALICE, BOB, CAROL, CHANNEL, SlackEnv
+from tests.support import resume_targets
+from tests.support.slack_env import ALICE, BOB, CAROL, CHANNEL, SlackEnv
 from worker.client import Handoffs
 
 HANDOFFS = 60
@@ -106,20 +106,20 @@ def _decide(
     message = slack.posted(handoff_id)
     for _ in range(10):
         if not reject:
-            response = slack.standin.click(approver, message, views.APPROVE)
+            response = slack.standin.click(approver, message, block_ids.APPROVE)
             statuses[response.status] += 1
             if slack.handoffs.get(handoff_id).status is not Status.PENDING:
                 return
             continue
         shown = len(slack.standin.views(BOB))
-        response = slack.standin.click(BOB, message, views.REJECT)
+        response = slack.standin.click(BOB, message, block_ids.REJECT)
         statuses[response.status] += 1
         # A views.open that timed out at the bot may still open the modal a moment later.
         time.sleep(LATE_ANSWER_SECONDS if response.status != 200 else 0)
         opened = [v for v in slack.standin.views(BOB)[shown:] if not v.closed]
         if opened:
             submitted = slack.standin.submit_view(
-                BOB, opened[-1], {views.REASON_BLOCK: {views.VALUE: "not this one"}}
+                BOB, opened[-1], {block_ids.REASON_BLOCK: {block_ids.VALUE: "not this one"}}
             )
             statuses[submitted.status] += 1
             if slack.handoffs.get(handoff_id).status is not Status.PENDING:
@@ -144,7 +144,7 @@ def test_a_flaky_slack_never_leaves_duplicate_live_posts_and_every_run_resumes_o
             thread_id="t",
             action="issue_refund",
             args={"order_id": f"A-{n}", "amount": n},
-            resume="tests.resume_targets:record",
+            resume="tests.support.resume_targets:record",
         ).id
         for n in range(count)
     ]
@@ -248,20 +248,22 @@ def test_a_modal_whose_views_open_answer_is_lost_still_gets_a_200_and_can_be_sub
             run_id="run-late-modal",
             thread_id="t",
             action="issue_refund",
-            resume="tests.resume_targets:record",
+            resume="tests.support.resume_targets:record",
         )
         .id
     )
     message = slack.posted(handoff_id)
     slack.standin.fail_next("views.open", status=200, delay=LATE_ANSWER_SECONDS)
 
-    response = slack.standin.click(BOB, message, views.REJECT)
+    response = slack.standin.click(BOB, message, block_ids.REJECT)
 
     assert response.status == 200
     [modal] = slack.standin.wait_for(
         lambda: slack.standin.views(BOB), timeout=LATE_ANSWER_SECONDS + 1
     )
-    submitted = slack.standin.submit_view(BOB, modal, {views.REASON_BLOCK: {views.VALUE: "late"}})
+    submitted = slack.standin.submit_view(
+        BOB, modal, {block_ids.REASON_BLOCK: {block_ids.VALUE: "late"}}
+    )
     assert submitted.status == 200
     assert slack.handoffs.get(handoff_id).status is Status.REJECTED
 
@@ -280,11 +282,11 @@ def test_a_click_on_a_post_still_being_reconciled_is_told_to_try_again_then_coun
     )
     [message] = slack.standin.wait_for(lambda: slack.standin.messages(CHANNEL), timeout=10)
 
-    early = slack.standin.click(ALICE, message, views.APPROVE)
+    early = slack.standin.click(ALICE, message, block_ids.APPROVE)
 
     assert early.status == 200
     assert [e.text for e in slack.standin.ephemerals(ALICE)] == [STILL_POSTING]
     assert slack.handoffs.get(handoff_id).status is Status.PENDING
     assert slack.posted(handoff_id).ts == message.ts  # adopted, not posted again
-    slack.standin.click(ALICE, message, views.APPROVE)
+    slack.standin.click(ALICE, message, block_ids.APPROVE)
     assert slack.handoffs.get(handoff_id).status is Status.APPROVED

@@ -30,11 +30,11 @@ from redis import Redis
 from bot.standin import Message
 from store.models import TaskKind
 from store.repository import TaskPolicy
-from tests import resume_targets
 from tests.conftest import wait_until
-from tests.reliability.machines import dispatcher_connected, kill_machine
-from tests.reliability.runs import run_size, seeded
-from tests.slack_env import ALICE, CHANNEL, SlackEnv
+from tests.support import resume_targets
+from tests.support.machines import dispatcher_connected, kill_machine
+from tests.support.runs import run_size, seeded
+from tests.support.slack_env import ALICE, CHANNEL, SlackEnv
 from worker.client import Handoffs
 
 KILLS = 50
@@ -239,7 +239,7 @@ class _Agent:
                 action="issue_refund",
                 args={"order_id": f"A-{number}", "amount": 30},
                 channel=CHANNEL,
-                resume="tests.resume_targets:record_slowly",
+                resume="tests.support.resume_targets:record_slowly",
             )
             self.created.append(handoff.id)
             self._undecided.append(handoff.id)

@@ -16,8 +16,8 @@ import pytest
 from redis import Redis
 
 from tests.conftest import ROOT
-from tests.security.harness import InProcessBot
-from tests.slack_env import SlackEnv
+from tests.support.security_harness import InProcessBot
+from tests.support.slack_env import SlackEnv
 
 
 class VerboseSlackEnv(SlackEnv):

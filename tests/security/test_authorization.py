@@ -12,20 +12,21 @@ from typing import Any
 import pytest
 from redis import Redis
 
-from bot import views
-from bot.admin_views import LIST_NEXT, LIST_PREV, LIST_SHOW, PageRequest, encode_page
-from bot.queues import ListFilter, ListKind
+from bot.blockkit import ids as block_ids
+from bot.blockkit.ids import LIST_NEXT, LIST_PREV, LIST_SHOW
+from bot.blockkit.replies import PageRequest, encode_page
+from bot.queries.listings import ListFilter, ListKind
 from bot.standin import Message
 from handlers.modal_metadata import ModalOrigin, metadata_key, seal
 from store.models import Status
-from tests.security.harness import (
+from tests.support.security_harness import (
     InProcessBot,
     assert_unchanged,
     sink,
     snapshot,
     wait_quiet,
 )
-from tests.slack_env import (
+from tests.support.slack_env import (
     ADMIN,
     ALICE,
     BOB,
@@ -62,17 +63,17 @@ def _requests(slack: SlackEnv) -> dict[str, str]:
             run_id="run-a", thread_id="t", summary="Stuck again", reviewers=[ALICE]
         ).id,
     }
-    slack.standin.click(ALICE, slack.posted(ids["claimed escalation"]), views.CLAIM)
+    slack.standin.click(ALICE, slack.posted(ids["claimed escalation"]), block_ids.CLAIM)
     wait_for(lambda: slack.handoffs.get(ids["claimed escalation"]).claimed_by == ALICE)
     return ids
 
 
 BUTTONS = {
-    "approval": [views.APPROVE, views.REJECT, views.EDIT],
-    "question": [views.ANSWER],
-    "correction": [views.CORRECT, views.REJECT],
-    "escalation": [views.CLAIM],
-    "claimed escalation": [views.RESOLVE, views.REJECT],
+    "approval": [block_ids.APPROVE, block_ids.REJECT, block_ids.EDIT],
+    "question": [block_ids.ANSWER],
+    "correction": [block_ids.CORRECT, block_ids.REJECT],
+    "escalation": [block_ids.CLAIM],
+    "claimed escalation": [block_ids.RESOLVE, block_ids.REJECT],
 }
 
 
@@ -86,7 +87,9 @@ def test_every_button_refuses_someone_who_may_not_decide(
     slack: SlackEnv, store_redis: Redis
 ) -> None:
     ids = _requests(slack)
-    wait_for(lambda: views.RESOLVE in json.dumps(_current(slack, ids["claimed escalation"]).blocks))
+    wait_for(
+        lambda: block_ids.RESOLVE in json.dumps(_current(slack, ids["claimed escalation"]).blocks)
+    )
     wait_quiet(store_redis, slack)
     before = snapshot(store_redis)
     modals = len(slack.standin.calls("views.open"))
@@ -112,7 +115,7 @@ def test_every_button_refuses_someone_who_may_not_decide(
 
 def test_the_requester_may_not_approve_their_own_request(slack: SlackEnv) -> None:
     handoff_id = slack.refund_approval(reviewers=[ALICE, BOB], requester=ALICE)
-    slack.standin.click(ALICE, slack.posted(handoff_id), views.APPROVE)
+    slack.standin.click(ALICE, slack.posted(handoff_id), block_ids.APPROVE)
     assert "someone else has to decide it" in slack.standin.ephemerals(ALICE)[-1].text
     assert slack.handoffs.get(handoff_id).status is Status.PENDING
 
@@ -122,8 +125,8 @@ def test_a_modal_submission_by_someone_who_may_not_decide_is_refused(
 ) -> None:
     handoff_id = slack.refund_approval(reviewers=[ALICE])
     removed = slack.refund_approval(reviewers=[ALICE])
-    slack.standin.click(ALICE, slack.posted(handoff_id), views.REJECT)
-    slack.standin.click(ALICE, slack.posted(removed), views.REJECT)
+    slack.standin.click(ALICE, slack.posted(handoff_id), block_ids.REJECT)
+    slack.standin.click(ALICE, slack.posted(removed), block_ids.REJECT)
     alices_modals = wait_for(
         lambda: len(slack.standin.views(ALICE)) >= 2 and slack.standin.views(ALICE)
     )
@@ -133,11 +136,17 @@ def test_a_modal_submission_by_someone_who_may_not_decide_is_refused(
     slack.handoffs.store.reassign(removed, by=ADMIN, reviewers=[BOB])
     wait_quiet(store_redis, slack)
     before = snapshot(store_redis)
-    answer = slack.standin.submit_view(ALICE, modal, {views.REASON_BLOCK: {views.VALUE: "no"}})
-    assert answer.json()["errors"] == {views.REASON_BLOCK: f"Only @{BOB} can decide this request."}
+    answer = slack.standin.submit_view(
+        ALICE, modal, {block_ids.REASON_BLOCK: {block_ids.VALUE: "no"}}
+    )
+    assert answer.json()["errors"] == {
+        block_ids.REASON_BLOCK: f"Only @{BOB} can decide this request."
+    }
 
     # Carol submits a modal for the handoff, even one sealed for her (as if she had opened it).
-    values = {views.REASON_BLOCK: {views.VALUE: {"type": "plain_text_input", "value": "no"}}}
+    values = {
+        block_ids.REASON_BLOCK: {block_ids.VALUE: {"type": "plain_text_input", "value": "no"}}
+    }
     for metadata in (
         json.dumps({"handoff_id": handoff_id, "channel": CHANNEL}),
         seal(metadata_key(SIGNING_SECRET), ModalOrigin(handoff_id, CHANNEL, CAROL)),
@@ -191,7 +200,7 @@ def test_a_stale_app_home_button_of_someone_taken_off_the_request_is_refused(
     before = snapshot(store_redis)
 
     block_id = f"home_actions_{handoff_id}"
-    assert slack.standin.click(BOB, stale, views.APPROVE, block_id=block_id).status == 200
+    assert slack.standin.click(BOB, stale, block_ids.APPROVE, block_id=block_id).status == 200
 
     notice = json.dumps(slack.standin.home(BOB).blocks)
     assert "not on a message of that request" in notice or ONLY_ALICE in notice

@@ -37,12 +37,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from redis import Redis
 
-from bot import admin_views, views
-from bot.admin_views import PageRequest, encode_page
-from bot.queues import ListFilter, ListKind
+from bot.blockkit import ids as block_ids
+from bot.blockkit.replies import PageRequest, encode_page
+from bot.queries.listings import ListFilter, ListKind
 from handlers.modal_metadata import ModalOrigin, metadata_key, seal
 from tests.conftest import ROOT
-from tests.security.harness import (
+from tests.support.security_harness import (
     FORM,
     JSON,
     Answer,
@@ -58,7 +58,7 @@ from tests.security.harness import (
     snapshot,
     wait_quiet,
 )
-from tests.slack_env import (
+from tests.support.slack_env import (
     ADMIN,
     ALICE,
     BOB,
@@ -89,11 +89,11 @@ ACTORS = [CAROL, "U0MALLORY", "U0EVE", "W0GUEST"]
 
 DECISION_MODALS = frozenset(
     {
-        views.REJECT_MODAL,
-        views.EDIT_MODAL,
-        views.ANSWER_MODAL,
-        views.CORRECT_MODAL,
-        views.RESOLVE_MODAL,
+        block_ids.REJECT_MODAL,
+        block_ids.EDIT_MODAL,
+        block_ids.ANSWER_MODAL,
+        block_ids.CORRECT_MODAL,
+        block_ids.RESOLVE_MODAL,
     }
 )
 KEYS = [
@@ -138,8 +138,8 @@ def world(slack: SlackEnv, store_redis: Redis) -> World:
         handoffs.escalate(run_id="run-f", thread_id="t", summary="Stuck", reviewers=[ALICE]).id,
     ]  # fmt: skip
     messages = [slack.posted(handoff_id) for handoff_id in ids]
-    slack.standin.click(ALICE, messages[-1], views.CLAIM)
-    wait_for(lambda: views.RESOLVE in json.dumps(_message(slack, ids[-1]).blocks))
+    slack.standin.click(ALICE, messages[-1], block_ids.CLAIM)
+    wait_for(lambda: block_ids.RESOLVE in json.dumps(_message(slack, ids[-1]).blocks))
     messages[-1] = _message(slack, ids[-1])
     made = World(ids=ids, safe_url=slack.standin.url + "response/forged")
 
@@ -152,16 +152,16 @@ def world(slack: SlackEnv, store_redis: Redis) -> World:
     home = wait_for(lambda: slack.standin.home(ALICE))
     [card, *_] = [b for b in home.blocks if b.get("type") == "actions"]
     with capturing(slack.standin) as captured:
-        slack.standin.click(ALICE, home, views.APPROVE, block_id=card["block_id"])
+        slack.standin.click(ALICE, home, block_ids.APPROVE, block_id=card["block_id"])
     made.clicks.append(payload_of(captured[0][1]))
 
     key = metadata_key(SIGNING_SECRET)
     for message, action_id, values in [
-        (messages[0], views.REJECT, {views.REASON_BLOCK: {views.VALUE: "no"}}),
-        (messages[0], views.EDIT, {}),
-        (messages[1], views.ANSWER, {views.ANSWER_BLOCK: {views.VALUE: "eu"}}),
-        (messages[2], views.CORRECT, {}),
-        (messages[4], views.RESOLVE, {views.RESOLUTION_BLOCK: {views.VALUE: "done"}}),
+        (messages[0], block_ids.REJECT, {block_ids.REASON_BLOCK: {block_ids.VALUE: "no"}}),
+        (messages[0], block_ids.EDIT, {}),
+        (messages[1], block_ids.ANSWER, {block_ids.ANSWER_BLOCK: {block_ids.VALUE: "eu"}}),
+        (messages[2], block_ids.CORRECT, {}),
+        (messages[4], block_ids.RESOLVE, {block_ids.RESOLUTION_BLOCK: {block_ids.VALUE: "done"}}),
     ]:
         slack.standin.click(ALICE, message, action_id)
         modal = slack.standin.views(ALICE)[-1]
@@ -253,8 +253,8 @@ def _add_recorded(made: World) -> None:
 def _strings(made: World, messages: list[Any], key: bytes) -> list[str]:
     """Values that mean something to the bot, to put where the fuzzer changes a string."""
     ids = made.ids
-    action_ids = [v for k, v in vars(views).items() if k.isupper() and isinstance(v, str)]
-    action_ids += [admin_views.LIST_PREV, admin_views.LIST_NEXT, admin_views.LIST_SHOW]
+    action_ids = [v for k, v in vars(block_ids).items() if k.isupper() and isinstance(v, str)]
+    action_ids += [block_ids.LIST_PREV, block_ids.LIST_NEXT, block_ids.LIST_SHOW]
     strings = [
         *ids,
         "ho_01ZZZZZZZZZZZZZZZZZZZZZZZZ",

@@ -14,15 +14,15 @@ from typing import Any
 
 from redis import Redis
 
-from bot import views
-from bot.admin_views import home_actions_block_id
+from bot.blockkit import ids
+from bot.blockkit.ids import home_actions_block_id
 from bot.keys import BotKeys
 from bot.standin import Message, View
 from handlers.decisions import NOT_SHOWN_HERE
 from handlers.modals import NOT_OPENED_FOR_YOU
 from store.keys import KeySpace
 from store.models import Status
-from tests.security.harness import (
+from tests.support.security_harness import (
     InProcessBot,
     assert_unchanged,
     capturing,
@@ -30,7 +30,7 @@ from tests.security.harness import (
     snapshot,
     wait_quiet,
 )
-from tests.slack_env import ADMIN, ALICE, BOB, CAROL, CHANNEL, SlackEnv, wait_for
+from tests.support.slack_env import ADMIN, ALICE, BOB, CAROL, CHANNEL, SlackEnv, wait_for
 
 ONCALL = "C0SECONCALL"
 ELSEWHERE = "C0SECOTHER"
@@ -90,7 +90,7 @@ def test_a_click_paired_with_another_place_is_refused_audited_and_changes_nothin
     before = snapshot(store_redis)
     modals = len(slack.standin.calls("views.open"))
     for place, (clicked, mutate) in places.items():
-        for action_id in (views.APPROVE, views.REJECT, views.EDIT):
+        for action_id in (ids.APPROVE, ids.REJECT, ids.EDIT):
             payload = _click_payload(slack, ALICE, clicked, action_id)
             payload["actions"][0]["value"] = target
             mutate(payload)
@@ -106,7 +106,7 @@ def test_a_click_paired_with_another_place_is_refused_audited_and_changes_nothin
     assert_unchanged(before, snapshot(store_redis), store_redis)
 
     # From its own message, the same click decides.
-    slack.standin.click(ALICE, target_message, views.APPROVE)
+    slack.standin.click(ALICE, target_message, ids.APPROVE)
     assert slack.handoffs.get(target).status is Status.APPROVED
 
 
@@ -121,7 +121,7 @@ def test_a_home_click_counts_only_for_a_handoff_on_that_persons_home(
     home = slack.standin.home(BOB)
     assert home is not None
     block_id = home_actions_block_id(handoff_id)
-    payload = _click_payload(slack, BOB, home, views.APPROVE, block_id=block_id)
+    payload = _click_payload(slack, BOB, home, ids.APPROVE, block_id=block_id)
 
     # The same Home click by an admin, who may decide anything, for a handoff that their
     # Home never showed.
@@ -158,19 +158,19 @@ def test_the_escalation_copy_counts_but_its_channel_cannot_be_borrowed(
     # Carol clicks the primary message (not hers to decide), but the payload claims the
     # escalation channel, with the primary's ts, or with a ts of nothing.
     for ts in (primary.ts, "1700000000.000002"):
-        payload = _click_payload(slack, CAROL, primary, views.APPROVE)
+        payload = _click_payload(slack, CAROL, primary, ids.APPROVE)
         payload["container"].update(channel_id=ONCALL, message_ts=ts)
         payload["channel"] = {"id": ONCALL, "name": "oncall"}
         assert bot.interaction(payload).status == 200
         assert _last_ephemeral(slack, CAROL) == NOT_SHOWN_HERE
     # From the primary message itself she is simply not a reviewer.
-    slack.standin.click(CAROL, primary, views.APPROVE)
+    slack.standin.click(CAROL, primary, ids.APPROVE)
     assert f"Only <@{ALICE}>" in _last_ephemeral(slack, CAROL)
     assert slack.handoffs.get(handoff_id).status is Status.PENDING
     assert_unchanged(before, snapshot(store_redis), store_redis)
 
     # From the escalation copy, anyone in that channel may decide.
-    slack.standin.click(CAROL, escalated, views.APPROVE)
+    slack.standin.click(CAROL, escalated, ids.APPROVE)
     assert slack.handoffs.get(handoff_id).resume_data.decided_by == CAROL
 
 
@@ -184,7 +184,7 @@ def test_the_old_message_of_a_reassigned_handoff_still_counts(slack: SlackEnv) -
     }
 
     # Alice's screen still shows the old message with its buttons.
-    slack.standin.click(ALICE, old, views.APPROVE)
+    slack.standin.click(ALICE, old, ids.APPROVE)
     assert slack.handoffs.get(handoff_id).resume_data.decided_by == ALICE
 
 
@@ -200,7 +200,7 @@ def test_a_modal_decides_only_what_it_was_opened_for_by_whom_it_was_opened_for(
     escalated = slack.standin.message(ONCALL, copy_ref["ts"])
 
     # Alice opens the Reject modal from the channel: a real, sealed modal for her.
-    slack.standin.click(ALICE, slack.posted(escalated_id), views.REJECT)
+    slack.standin.click(ALICE, slack.posted(escalated_id), ids.REJECT)
     alices_modal = wait_for(lambda: slack.standin.views(ALICE))[-1]
     sealed_for_alice = alices_modal.view["private_metadata"]
     wait_quiet(store_redis, slack)
@@ -208,7 +208,7 @@ def test_a_modal_decides_only_what_it_was_opened_for_by_whom_it_was_opened_for(
 
     def submission(user: str, metadata: str) -> dict[str, Any]:
         view = {**copy.deepcopy(alices_modal.view), "private_metadata": metadata}
-        view["state"] = {"values": {views.REASON_BLOCK: {views.VALUE: {"value": "no"}}}}
+        view["state"] = {"values": {ids.REASON_BLOCK: {ids.VALUE: {"value": "no"}}}}
         return {"type": "view_submission", "user": {"id": user, "name": user}, "view": view}
 
     unsealed_escalation = json.dumps({"handoff_id": escalated_id, "channel": ONCALL})
@@ -232,8 +232,8 @@ def test_a_modal_decides_only_what_it_was_opened_for_by_whom_it_was_opened_for(
     assert reasons.count("unsealed_modal") == 2
 
     # Opened by Carol from the escalation copy, the modal is hers to submit.
-    slack.standin.click(CAROL, escalated, views.REJECT)
+    slack.standin.click(CAROL, escalated, ids.REJECT)
     carols_modal = wait_for(lambda: slack.standin.views(CAROL))[-1]
-    slack.standin.submit_view(CAROL, carols_modal, {views.REASON_BLOCK: {views.VALUE: "no"}})
+    slack.standin.submit_view(CAROL, carols_modal, {ids.REASON_BLOCK: {ids.VALUE: "no"}})
     handoff = slack.handoffs.get(escalated_id)
     assert (handoff.status, handoff.resume_data.decided_by) == (Status.REJECTED, CAROL)

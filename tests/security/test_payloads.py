@@ -16,12 +16,12 @@ from urllib.parse import urlencode
 import pytest
 from redis import Redis
 
-from bot import views
-from bot.gate import MAX_BODY_BYTES
+from bot.blockkit import ids as block_ids
+from bot.http.checks import MAX_BODY_BYTES
 from handlers.decisions import NOT_FOUND
 from handlers.modals import NOT_OPENED_FOR_YOU
 from store.models import Status
-from tests.security.harness import (
+from tests.support.security_harness import (
     FORM,
     JSON,
     InProcessBot,
@@ -35,7 +35,7 @@ from tests.security.harness import (
     snapshot,
     wait_quiet,
 )
-from tests.slack_env import ALICE, CHANNEL, SlackEnv
+from tests.support.slack_env import ALICE, CHANNEL, SlackEnv
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +47,7 @@ def approval(slack: SlackEnv) -> str:
 def click(slack: SlackEnv, approval: str) -> dict[str, Any]:
     """Alice's real Approve click on the approval (captured, not delivered)."""
     with capturing(slack.standin) as captured:
-        slack.standin.click(ALICE, slack.posted(approval), views.APPROVE)
+        slack.standin.click(ALICE, slack.posted(approval), block_ids.APPROVE)
     return payload_of(captured[0][1])  # type: ignore[no-any-return]
 
 
@@ -133,27 +133,27 @@ REFUSED_BY_THE_GATE: dict[str, Callable[[dict[str, Any]], tuple[bytes, str, int]
         400,
     ),
     "private_metadata as an object": lambda c: (
-        _submission(callback_id=views.REJECT_MODAL, private_metadata={"handoff_id": "x"}),
+        _submission(callback_id=block_ids.REJECT_MODAL, private_metadata={"handoff_id": "x"}),
         FORM,
         400,
     ),
     "state values as a list": lambda c: (
-        _submission(callback_id=views.REJECT_MODAL, state={"values": []}),
+        _submission(callback_id=block_ids.REJECT_MODAL, state={"values": []}),
         FORM,
         400,
     ),
     "an input's value as a number": lambda c: (
         _submission(
-            callback_id=views.REJECT_MODAL,
-            state={"values": {views.REASON_BLOCK: {views.VALUE: {"value": 3}}}},
+            callback_id=block_ids.REJECT_MODAL,
+            state={"values": {block_ids.REASON_BLOCK: {block_ids.VALUE: {"value": 3}}}},
         ),
         FORM,
         400,
     ),
     "selected option as a string": lambda c: (
         _submission(
-            callback_id=views.ANSWER_MODAL,
-            state={"values": {views.CHOICE_BLOCK: {views.VALUE: {"selected_option": "0"}}}},
+            callback_id=block_ids.ANSWER_MODAL,
+            state={"values": {block_ids.CHOICE_BLOCK: {block_ids.VALUE: {"selected_option": "0"}}}},
         ),
         FORM,
         400,
@@ -213,13 +213,13 @@ def _answered(click: dict[str, Any], approval: str) -> dict[str, tuple[bytes, st
             200,
         ),
         "garbage private_metadata": (
-            _submission(callback_id=views.REJECT_MODAL, private_metadata="{{{ not json"),
+            _submission(callback_id=block_ids.REJECT_MODAL, private_metadata="{{{ not json"),
             FORM,
             200,
         ),
         "a refused submission whose blocks and state are null": (
             _submission(
-                callback_id=views.REJECT_MODAL,
+                callback_id=block_ids.REJECT_MODAL,
                 private_metadata=json.dumps({"handoff_id": approval}),
                 blocks=None,
                 state=None,
@@ -229,25 +229,25 @@ def _answered(click: dict[str, Any], approval: str) -> dict[str, tuple[bytes, st
         ),
         "private_metadata over Slack's 3,000 characters": (
             _submission(
-                callback_id=views.REJECT_MODAL,
+                callback_id=block_ids.REJECT_MODAL,
                 private_metadata=json.dumps({"handoff_id": approval, "pad": "x" * 5000}),
             ),
             FORM,
             200,
         ),
         "private_metadata naming no handoff": (
-            _submission(callback_id=views.CORRECT_MODAL, private_metadata="[1, 2]"),
+            _submission(callback_id=block_ids.CORRECT_MODAL, private_metadata="[1, 2]"),
             FORM,
             200,
         ),
         "draft parts that are not the modal's": (
             _submission(
-                callback_id=views.CORRECT_MODAL,
+                callback_id=block_ids.CORRECT_MODAL,
                 private_metadata=json.dumps({"handoff_id": approval}),
                 state={
                     "values": {
-                        f"{views.DRAFT_BLOCK_PREFIX}x": {views.VALUE: {"value": "a"}},
-                        f"{views.DRAFT_BLOCK_PREFIX}1": {"other": {"value": "b"}},
+                        f"{block_ids.DRAFT_BLOCK_PREFIX}x": {block_ids.VALUE: {"value": "a"}},
+                        f"{block_ids.DRAFT_BLOCK_PREFIX}1": {"other": {"value": "b"}},
                     }
                 },
             ),
@@ -320,14 +320,14 @@ def test_requests_naming_nothing_real_get_a_refusal_and_change_nothing(
 def test_a_modal_refusal_names_the_reason_under_its_input(bot: InProcessBot) -> None:
     answer = bot.post(
         _submission(
-            callback_id=views.REJECT_MODAL,
+            callback_id=block_ids.REJECT_MODAL,
             private_metadata="x" * 3001,
-            blocks=[{"type": "input", "block_id": views.REASON_BLOCK}],
+            blocks=[{"type": "input", "block_id": block_ids.REASON_BLOCK}],
         )
     )
     assert json.loads(answer.body) == {
         "response_action": "errors",
-        "errors": {views.REASON_BLOCK: NOT_OPENED_FOR_YOU},
+        "errors": {block_ids.REASON_BLOCK: NOT_OPENED_FOR_YOU},
     }
 
 

@@ -20,11 +20,19 @@ from pathlib import Path
 import pytest
 from redis import Redis
 
-from bot import views
+from bot.blockkit import ids
 from bot.log_redaction import install as install_redaction
 from tests.conftest import ROOT
-from tests.security.harness import FORM, InProcessBot, capturing, wait_quiet
-from tests.slack_env import ALICE, BOB, BOT_TOKEN, CHANNEL, SIGNING_SECRET, SlackEnv, wait_for
+from tests.support.security_harness import FORM, InProcessBot, capturing, wait_quiet
+from tests.support.slack_env import (
+    ALICE,
+    BOB,
+    BOT_TOKEN,
+    CHANNEL,
+    SIGNING_SECRET,
+    SlackEnv,
+    wait_for,
+)
 
 APP_TOKEN = "xapp-1-A0SECURITY-1234567890-do-not-log-this-app-token"
 
@@ -56,11 +64,11 @@ def _failing_paths_through_the_processes(slack: SlackEnv, store_redis: Redis) ->
 
     # Slack refuses the token when a listener opens a modal.
     standin.fail_next("views.open", error="invalid_auth")
-    assert standin.click(BOB, message, views.REJECT).status == 200
+    assert standin.click(BOB, message, ids.REJECT).status == 200
 
     # Forged, replayed and malformed requests.
     with capturing(standin) as captured:
-        standin.click(BOB, message, views.APPROVE)
+        standin.click(BOB, message, ids.APPROVE)
     [(headers, body)] = captured
     assert standin.send_signed(body, content_type=FORM, signature="v0=" + "1" * 64).status == 401
     timestamp, signature = int(headers["X-Slack-Request-Timestamp"]), headers["X-Slack-Signature"]
@@ -95,7 +103,7 @@ def test_the_app_in_process_at_debug_level_never_logs_a_secret(
     handoff_id = slack.refund_approval(reviewers=[ALICE])
     message = slack.posted(handoff_id)
     with capturing(slack.standin) as captured:
-        for action_id in (views.REJECT, views.EDIT, views.APPROVE):
+        for action_id in (ids.REJECT, ids.EDIT, ids.APPROVE):
             slack.standin.click(ALICE, message, action_id)
     reject, edit, approve = (body for _, body in captured)
 

@@ -14,11 +14,11 @@ from typing import Any
 
 from redis import Redis
 
-from bot import views
-from bot.signing import MAX_AGE_SECONDS, sign
+from bot.blockkit import ids
+from bot.http.signing import MAX_AGE_SECONDS, sign
 from bot.standin import Response
 from store.models import Status
-from tests.security.harness import (
+from tests.support.security_harness import (
     FORM,
     JSON,
     Answer,
@@ -31,7 +31,7 @@ from tests.security.harness import (
     snapshot,
     wait_quiet,
 )
-from tests.slack_env import ADMIN, ALICE, CAROL, CHANNEL, SIGNING_SECRET, SlackEnv
+from tests.support.slack_env import ADMIN, ALICE, CAROL, CHANNEL, SIGNING_SECRET, SlackEnv
 
 TS, SIG = "X-Slack-Request-Timestamp", "X-Slack-Signature"
 
@@ -44,7 +44,7 @@ def _captured_click(slack: SlackEnv, handoff_id: str, user: str = ALICE) -> tupl
     """The signed request Slack would send for ``user`` clicking Approve (not delivered)."""
     message = slack.posted(handoff_id)
     with capturing(slack.standin) as captured:
-        slack.standin.click(user, message, views.APPROVE)
+        slack.standin.click(user, message, ids.APPROVE)
     [(headers, body)] = captured
     return headers, body
 
@@ -187,7 +187,7 @@ def _bodies(slack: SlackEnv) -> tuple[str, dict[str, tuple[bytes, str]]]:
         "view": {
             "id": "V0FORGED",
             "type": "modal",
-            "callback_id": views.REJECT_MODAL,
+            "callback_id": ids.REJECT_MODAL,
             "private_metadata": json.dumps({"handoff_id": handoff_id}),
             "state": {"values": {}},
         },

@@ -61,6 +61,7 @@ from pydantic import BaseModel, Field
 from redis import Redis
 from redis.client import Pipeline
 
+from store.decoding import as_text
 from store.models import ApprovalPayload, Handoff, ProposedAction, Status
 from worker.client import Handoffs, RequestOptions
 
@@ -346,7 +347,7 @@ class Pauses:
         raw = results[offset + 1]
         extra_values = results[offset + 2 : offset + 2 + len(reads)]
         extra = {
-            extra_key: {f: _text(v) for f, v in zip(names, values, strict=True) if v}
+            extra_key: {f: as_text(v) for f, v in zip(names, values, strict=True) if v}
             for (extra_key, names), values in zip(reads.items(), extra_values, strict=True)
         }
         return _decode(raw), extra
@@ -465,12 +466,8 @@ def build_from_factory(path: str) -> Any:
     return _built[path]
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def _decode(raw: Any) -> dict[str, str]:
-    return {_text(k): _text(v) for k, v in raw.items()}
+    return {as_text(k): as_text(v) for k, v in raw.items()}
 
 
 __all__ = [

@@ -1,0 +1,64 @@
+"""The Slack Web API clients: one with retries for rate limits, server errors and resets
+(for calls that are safe to repeat), and twins of it: one for posts, which retries only rate
+limits, and one without a token, for Bolt."""
+
+from __future__ import annotations
+
+from slack_sdk import WebClient
+from slack_sdk.http_retry.builtin_handlers import (
+    ConnectionErrorRetryHandler,
+    RateLimitErrorRetryHandler,
+    ServerErrorRetryHandler,
+)
+from slack_sdk.http_retry.handler import RetryHandler
+
+from bot.config import Settings
+
+
+def make_web_client(settings: Settings, *, timeout: int | None = None) -> WebClient:
+    """A ``WebClient`` for the bot token, pointed at ``SLACK_API_URL``.
+
+    slack_sdk retries only one connection error by default; we add retries that honour a
+    429's ``Retry-After`` and back off on 5xx, so a short Slack hiccup never fails a job.
+    ``timeout`` defaults to ``HANDOFF_SLACK_TIMEOUT_SECONDS``.
+    """
+    return WebClient(
+        token=settings.slack_bot_token,
+        base_url=settings.slack_api_url,
+        timeout=timeout or settings.slack_timeout_seconds,
+        retry_handlers=[
+            ConnectionErrorRetryHandler(max_retry_count=2),
+            RateLimitErrorRetryHandler(max_retry_count=3),
+            ServerErrorRetryHandler(max_retry_count=2),
+        ],
+    )
+
+
+def posting_client(client: WebClient) -> WebClient:
+    """A twin of ``client`` (same token, URL and timeout) for posts that must not be
+    repeated blindly.
+
+    It retries only 429s, after which Slack has done nothing. After a lost answer (timeout,
+    reset) or a 5xx, Slack may have posted: repeating the call could leave a second message
+    with live buttons, so the caller looks for the first one before posting again (see
+    ``bot.delivery.posting``).
+    """
+    return _twin(client, token=client.token, retry_handlers=[RateLimitErrorRetryHandler(3)])
+
+
+def tokenless(client: WebClient) -> WebClient:
+    """A twin of ``client`` without its token, for a Bolt app whose ``authorize`` hands
+    each request the token (Bolt copies the app's client for every request)."""
+    return _twin(client, token=None, retry_handlers=list(client.retry_handlers))
+
+
+def _twin(client: WebClient, *, token: str | None, retry_handlers: list[RetryHandler]) -> WebClient:
+    return WebClient(
+        token=token,
+        base_url=client.base_url,
+        timeout=client.timeout,
+        ssl=client.ssl,
+        proxy=client.proxy,
+        headers=client.headers,
+        retry_handlers=retry_handlers,
+    )

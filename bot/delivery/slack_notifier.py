@@ -1,0 +1,220 @@
+"""Delivers handoffs to Slack and keeps their messages up to date (runs in workers).
+
+A handoff's ``message_refs`` hold its primary message (``channel``, ``ts``) and ``copies``:
+the copy posted to an escalation channel, and old messages left behind by a reassignment
+(``moved_to``). Every update re-renders all of them from the handoff's current state.
+
+Posts go through ``bot.delivery.posting.Poster``: a post whose answer was lost is looked for
+before it is made again, so a flaky network never leaves two messages with live buttons.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from slack_sdk import WebClient
+
+from bot.blockkit.message import (
+    escalation_note,
+    reminder_text,
+    render_duplicate,
+    render_message,
+    render_moved,
+    thread_record_text,
+)
+from bot.delivery.posting import CLOCK_SKEW_SECONDS, Poster, PostTag, delete_extra
+from store.models import Handoff
+
+logger = logging.getLogger(__name__)
+
+METADATA_EVENT_TYPE = "handoff_posted"
+RECORD_EVENT_TYPE = "handoff_recorded"
+"""Metadata of the short record posted in the thread after a decision."""
+DUPLICATE_EVENT_TYPE = "handoff_duplicate"
+"""Metadata of an extra copy once neutralised, so that it is never adopted again."""
+
+
+class NoChannel(Exception):
+    """The handoff names no channel and no default channel is configured."""
+
+
+class SlackNotifier:
+    """Posts a handoff with ``chat.postMessage`` and keeps its messages up to date."""
+
+    def __init__(
+        self,
+        client: WebClient,
+        *,
+        default_channel: str | None = None,
+        on_change: Callable[[Handoff], None] | None = None,
+        poster: Poster | None = None,
+    ) -> None:
+        """``on_change`` is called after each delivery, update and escalation (the App Home
+        refresh); its failures are logged, never raised, so they cannot fail the task.
+        ``poster`` defaults to a ``Poster`` on ``client``."""
+        self.client = client
+        self.default_channel = default_channel
+        self.on_change = on_change
+        self.poster = poster or Poster(client)
+
+    def deliver(self, handoff: Handoff, *, attempt: int = 1) -> dict[str, Any]:
+        """Post the handoff's message; returns its references.
+
+        From the second ``attempt`` on, an earlier attempt may have posted without hearing
+        back: the message is looked for (and adopted) before it is posted. When the handoff
+        was posted before (it has been reassigned), the new message becomes the primary one
+        and the old one is updated to point to it.
+        """
+        channel = handoff.channel or self.default_channel
+        if not channel:
+            raise NoChannel(f"handoff {handoff.id} names no channel and HANDOFF_CHANNEL is not set")
+        posted = self._post(handoff, channel, attempt=attempt)
+        refs: dict[str, Any] = {"channel": posted["channel"], "ts": posted["ts"]}
+        old = handoff.message_refs
+        if old.get("ts"):
+            moved = {"channel": old["channel"], "ts": old["ts"], "moved_to": posted["channel"]}
+            refs["copies"] = [*old.get("copies", []), moved]
+            self._show_moved(handoff, moved)
+            refs["record_ts"] = None
+        logger.info("posted", extra={"handoff_id": handoff.id, "channel": posted["channel"]})
+        self._changed(handoff)
+        return refs
+
+    def update(self, handoff: Handoff) -> dict[str, Any] | None:
+        """Re-render every message of the handoff; after a decision, also post a short
+        record in the primary message's thread (once: its ts is kept in the refs)."""
+        refs = dict(handoff.message_refs)
+        channel, ts = refs.get("channel"), refs.get("ts")
+        if not channel or not ts:
+            if handoff.delivery.state.value in ("completed", "failed"):
+                return None  # never posted to Slack (e.g. delivered to the log): nothing to update
+            raise RuntimeError(f"handoff {handoff.id} is not posted yet; will retry")
+        message = render_message(handoff)
+        self.client.chat_update(channel=channel, ts=ts, text=message.text, blocks=message.blocks)
+        for copy in refs.get("copies", []):
+            if copy.get("moved_to"):
+                self._show_moved(handoff, copy)
+            else:
+                shown = render_message(handoff, note=escalation_note(handoff))
+                self.client.chat_update(
+                    channel=copy["channel"], ts=copy["ts"], text=shown.text, blocks=shown.blocks
+                )
+        self._changed(handoff)
+        if not handoff.is_pending and not refs.get("record_ts"):
+            record = self.poster.post(
+                channel=channel,
+                thread_ts=ts,
+                text=thread_record_text(handoff),
+                tag=PostTag(RECORD_EVENT_TYPE, {"handoff_id": handoff.id}),
+                neutralise=delete_extra,
+                # A claim also updates the message, so a second attempt is no sure sign of a
+                # lost record; the record comes after the decision, and a thread is short.
+                since=_since(handoff.decided_at) if handoff.notify.attempt > 1 else None,
+            )
+            refs["record_ts"] = record.ts
+            return refs
+        return None
+
+    def remind(self, handoff: Handoff) -> None:
+        """Reply in the message's thread, mentioning the reviewers."""
+        refs = handoff.message_refs
+        if not refs.get("ts"):
+            raise RuntimeError(f"handoff {handoff.id} is not posted yet; will retry")
+        self.client.chat_postMessage(
+            channel=refs["channel"], thread_ts=refs["ts"], text=reminder_text(handoff)
+        )
+
+    def escalate(self, handoff: Handoff, *, attempt: int = 1) -> dict[str, Any] | None:
+        """Post a copy to the escalation channel, or call the escalation user group in the
+        message's thread (its members may then decide). From the second ``attempt`` on, the
+        copy is looked for before it is posted, as in ``deliver``."""
+        target = handoff.escalate_to or ""
+        refs = dict(handoff.message_refs)
+        if target.startswith("S"):
+            if refs.get("ts"):
+                self.client.chat_postMessage(
+                    channel=refs["channel"],
+                    thread_ts=refs["ts"],
+                    text=f":rotating_light: <!subteam^{target}>: please decide this request.",
+                )
+            return None
+        posted = self._post(handoff, target, note=escalation_note(handoff), attempt=attempt)
+        refs["copies"] = [
+            *refs.get("copies", []),
+            {"channel": posted["channel"], "ts": posted["ts"]},
+        ]
+        self._changed(handoff)
+        return refs
+
+    def _changed(self, handoff: Handoff) -> None:
+        if self.on_change is None:
+            return
+        try:
+            self.on_change(handoff)
+        except Exception:  # a stale App Home must not fail (and repeat) a Slack post
+            logger.exception("App Home refresh failed", extra={"handoff_id": handoff.id})
+
+    def _post(
+        self, handoff: Handoff, channel: str, *, note: str | None = None, attempt: int
+    ) -> dict[str, str]:
+        """Post the handoff's message with buttons to ``channel``, once (see ``Poster``)."""
+        message = render_message(handoff, note=note)
+        refs = handoff.message_refs
+        known = [refs.get("ts"), *(copy.get("ts") for copy in refs.get("copies", []))]
+        since = None
+        if attempt > 1:
+            # Not before the handoff existed, nor (after a reassignment) before its last post.
+            since = max(handoff.created_at.timestamp(), float(refs.get("ts") or 0))
+            since -= CLOCK_SKEW_SECONDS
+        posted = self.poster.post(
+            channel=channel,
+            text=message.text,
+            blocks=message.blocks,
+            tag=PostTag(METADATA_EVENT_TYPE, {"handoff_id": handoff.id, "run_id": handoff.run_id}),
+            neutralise=self._neutraliser(handoff),
+            since=since,
+            exclude={str(ts) for ts in known if ts},
+            unfurl_links=False,
+            unfurl_media=False,
+        )
+        if posted.adopted:
+            logger.info("adopted an earlier post", extra={"handoff_id": handoff.id})
+        return {"channel": posted.channel, "ts": posted.ts}
+
+    def _neutraliser(self, handoff: Handoff) -> Callable[[WebClient, str, str, str], None]:
+        """Turns an extra copy of the handoff's message into a pointer to the kept one,
+        without buttons, and retags it so that it is never adopted."""
+
+        def neutralise(client: WebClient, channel: str, extra_ts: str, kept_ts: str) -> None:
+            try:
+                link = str(
+                    client.chat_getPermalink(channel=channel, message_ts=kept_ts)["permalink"]
+                )
+            except Exception:  # the pointer is a courtesy: say it without a link
+                link = None
+            shown = render_duplicate(handoff, link=link)
+            client.chat_update(
+                channel=channel,
+                ts=extra_ts,
+                text=shown.text,
+                blocks=shown.blocks,
+                metadata={
+                    "event_type": DUPLICATE_EVENT_TYPE,
+                    "event_payload": {"handoff_id": handoff.id},
+                },
+            )
+
+        return neutralise
+
+    def _show_moved(self, handoff: Handoff, moved: dict[str, Any]) -> None:
+        shown = render_moved(handoff, channel=str(moved["moved_to"]))
+        self.client.chat_update(
+            channel=moved["channel"], ts=moved["ts"], text=shown.text, blocks=shown.blocks
+        )
+
+
+def _since(moment: datetime | None) -> float | None:
+    return None if moment is None else moment.timestamp() - CLOCK_SKEW_SECONDS

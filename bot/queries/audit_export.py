@@ -1,0 +1,128 @@
+"""``handoff audit export``: the namespace's audit stream as JSON Lines.
+
+One line per event, oldest first::
+
+    {"time": "2025-01-31T09:12:03.120000+00:00", "event": "decided", "actor": "U0ALICE",
+     "handoff_id": "ho_01J...", "detail": {"status": "approved"}, "id": "1738314723120-0"}
+
+``id`` is the event's entry id in the stream: unique, so overlapping exports deduplicate on it.
+
+Events: ``created``, ``delivery_started``, ``delivered``, ``viewed_full``, ``denied``,
+``claimed``, ``decided``, ``reminded``, ``escalated``, ``reassigned``, ``expired``,
+``cancelled``, and the attempts and results of deliveries, message updates and resumes
+(``resume_started``, ``resumed``, ``resume_attempt_failed``, ``resume_failed``,
+``resume_retry_requested``...). The stream is trimmed to the retention period
+(``HANDOFF_RETENTION_DAYS``) by the dispatcher: export it on a schedule to keep more.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import IO, Any
+
+from store.decoding import as_text
+from store.exceptions import HandoffNotFound
+from store.models import AuditEvent
+from store.repository import HandoffStore
+
+READ_BATCH = 1000
+"""Stream entries read per round trip."""
+
+_RELATIVE = re.compile(r"^(\d+)([mhdw])$")
+_UNITS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def parse_since(value: str, *, now: datetime | None = None) -> datetime:
+    """A start time from an ISO 8601 date or time (UTC unless it says otherwise) or an age
+    such as ``90m``, ``12h``, ``7d`` or ``2w``; raises ``ValueError`` for anything else."""
+    text = value.strip()
+    relative = _RELATIVE.match(text)
+    if relative:
+        amount = timedelta(**{_UNITS[relative.group(2)]: int(relative.group(1))})
+        return (now or datetime.now(UTC)) - amount
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(
+            f"{value!r} is neither an ISO date/time (2025-01-31, 2025-01-31T09:00:00Z) "
+            "nor an age such as 7d, 12h or 90m"
+        ) from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def iter_audit(
+    store: HandoffStore, *, since: datetime | None = None
+) -> Iterator[tuple[str, AuditEvent]]:
+    """Every event of the namespace's audit stream from ``since`` with its entry id, oldest
+    first, read in batches so that a long stream is never held in memory at once."""
+    for entry_id, raw in iter_raw_audit(store, since=since):
+        yield entry_id, AuditEvent.from_json(raw)
+
+
+def iter_raw_audit(
+    store: HandoffStore, *, since: datetime | None = None
+) -> Iterator[tuple[str, bytes]]:
+    """Like ``iter_audit``, but each event as the JSON the store wrote, unparsed: for readers
+    that skip most events, a byte search costs far less than parsing."""
+    start = f"{int(since.timestamp() * 1000)}-0" if since else "-"
+    while True:
+        entries = (
+            store.redis.xrange(store.keys.global_audit, min=start, max="+", count=READ_BATCH) or []
+        )
+        for entry_id, fields in entries:
+            raw = (fields or {}).get(b"e")
+            if raw:
+                yield as_text(entry_id), raw if isinstance(raw, bytes) else str(raw).encode()
+        if len(entries) < READ_BATCH:
+            return
+        start = "(" + as_text(entries[-1][0])
+
+
+def export_audit(
+    store: HandoffStore,
+    output: IO[str],
+    *,
+    since: datetime | None = None,
+    run_id: str | None = None,
+) -> int:
+    """Write the audit events as JSON Lines to ``output``; returns how many were written.
+
+    With ``run_id``, only events of that run's handoffs: events name handoffs, and a
+    handoff's run comes from its ``created`` event, or from its record when it was created
+    before ``since``.
+    """
+    runs: dict[str, str | None] = {}
+    written = 0
+    for entry_id, event in iter_audit(store, since=since):
+        if event.event == "created" and "run_id" in event.detail:
+            runs[event.handoff_id] = str(event.detail["run_id"])
+        if run_id is not None and _run_of(store, runs, event.handoff_id) != run_id:
+            continue
+        output.write(json.dumps(audit_line(event, entry_id), ensure_ascii=False) + "\n")
+        written += 1
+    return written
+
+
+def audit_line(event: AuditEvent, entry_id: str) -> dict[str, Any]:
+    """One exported event: time (ISO 8601, UTC), event, actor, handoff id, detail, and the
+    stream entry id."""
+    return {
+        "time": event.at.astimezone(UTC).isoformat(),
+        "event": event.event,
+        "actor": event.actor,
+        "handoff_id": event.handoff_id,
+        "detail": event.detail,
+        "id": entry_id,
+    }
+
+
+def _run_of(store: HandoffStore, runs: dict[str, str | None], handoff_id: str) -> str | None:
+    if handoff_id not in runs:
+        try:
+            runs[handoff_id] = store.get(handoff_id).run_id
+        except HandoffNotFound:  # purged after retention: its run is no longer known
+            runs[handoff_id] = None
+    return runs[handoff_id]

@@ -1,0 +1,144 @@
+"""``/handoff stats``: what is waiting now, and how decisions went over a recent window.
+
+What is pending comes from the store's pending indexes (their sizes, no handoff is read);
+decisions, time to decision, expiries and failed resumes come from the namespace's audit
+stream since the start of the window.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from bot.queries.audit_export import iter_raw_audit
+from store.models import AuditEvent, RequestType, TaskKind
+from store.repository import HandoffStore
+
+CHANNELS_SHOWN = 10
+"""Channels listed by pending count (the busiest first)."""
+
+_LOOKUP_BATCH = 500
+_COUNTED = (b'"decided"', b'"expired"', b'"cancelled"', b'"resume_failed"')
+
+
+@dataclass(frozen=True)
+class Stats:
+    """Figures for one window; times in seconds."""
+
+    since: datetime
+    window: timedelta
+    pending: int
+    pending_by_type: dict[str, int]
+    pending_by_channel: dict[str, int]
+    """The busiest ``CHANNELS_SHOWN`` channels; handoffs posted to the default channel
+    without naming one are not in any channel's count."""
+    decided: int
+    """Decisions by people (approved, rejected, answered)."""
+    expired: int
+    cancelled: int
+    median_decision_seconds: float | None
+    p90_decision_seconds: float | None
+    failed_resumes: int
+    """Resumes that used up their attempts during the window."""
+    failing_resumes: int
+    """Resumes marked failed right now (``/handoff retry <id>`` queues them again)."""
+
+    @property
+    def closed(self) -> int:
+        """Handoffs that stopped being pending during the window, however."""
+        return self.decided + self.expired + self.cancelled
+
+    @property
+    def expiry_rate(self) -> float | None:
+        """Share of the closed handoffs that expired; None when none closed."""
+        return self.expired / self.closed if self.closed else None
+
+
+def compute_stats(
+    store: HandoffStore, *, window: timedelta = timedelta(days=7), now: datetime | None = None
+) -> Stats:
+    """Figures for the last ``window`` (default 7 days).
+
+    Reads every audit event of the window (seconds for hundreds of thousands): run it off the
+    request path.
+    """
+    since = (now or datetime.now(UTC)) - window
+    by_type = _pending_by_type(store)
+    counts: Counter[str] = Counter()
+    decided_at: dict[str, datetime] = {}
+    for _, raw in iter_raw_audit(store, since=since):
+        # Most events are creations, deliveries and attempts: skip them unparsed.
+        if not any(name in raw for name in _COUNTED):
+            continue
+        event = AuditEvent.from_json(raw)
+        counts[event.event] += 1
+        if event.event == "decided":
+            decided_at[event.handoff_id] = event.at
+    created_at = _created_at(store, list(decided_at))
+    waits = sorted(
+        (decided_at[i] - created_at[i]).total_seconds() for i in decided_at if i in created_at
+    )
+    failing = sum(1 for kind, _ in store.failed_tasks() if kind is TaskKind.RESUME)
+    return Stats(
+        since=since,
+        window=window,
+        pending=store.count_pending(),
+        pending_by_type=by_type,
+        pending_by_channel=_pending_by_channel(store),
+        decided=counts["decided"],
+        expired=counts["expired"],
+        cancelled=counts["cancelled"],
+        median_decision_seconds=percentile(waits, 50),
+        p90_decision_seconds=percentile(waits, 90),
+        failed_resumes=counts["resume_failed"],
+        failing_resumes=failing,
+    )
+
+
+def percentile(sorted_values: list[float], percent: float) -> float | None:
+    """The nearest-rank percentile of already sorted values; None for no values.
+
+    Example: ``percentile([1, 2, 3, 4], 50) == 2``.
+    """
+    if not sorted_values:
+        return None
+    rank = max(1, math.ceil(percent / 100 * len(sorted_values)))
+    return sorted_values[rank - 1]
+
+
+def _pending_by_type(store: HandoffStore) -> dict[str, int]:
+    pipe = store.redis.pipeline(transaction=False)
+    for request_type in RequestType:
+        pipe.zcard(store.keys.pending_by_type(request_type.value))
+    counts: list[Any] = pipe.execute()
+    return {t.value: int(n) for t, n in zip(RequestType, counts, strict=True) if int(n)}
+
+
+def _pending_by_channel(store: HandoffStore) -> dict[str, int]:
+    # Channel indexes are named by channel, and there is no list of them: find them by name.
+    # SCAN walks the keyspace in steps, without blocking Redis.
+    prefix = store.keys.pending_by_channel("")
+    pattern = re.sub(r"([*?\[\]\\])", r"\\\1", prefix) + "*"
+    keys = [
+        key.decode() if isinstance(key, bytes) else str(key)
+        for key in store.redis.scan_iter(match=pattern, count=1000, _type="zset")
+    ]
+    pipe = store.redis.pipeline(transaction=False)
+    for key in keys:
+        pipe.zcard(key)
+    counts = {key.removeprefix(prefix): int(n) for key, n in zip(keys, pipe.execute(), strict=True)}
+    busiest = sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:CHANNELS_SHOWN]
+    return dict(busiest)
+
+
+def _created_at(store: HandoffStore, handoff_ids: list[str]) -> dict[str, datetime]:
+    """Creation times of handoffs, from their records (purged ones are left out)."""
+    found: dict[str, datetime] = {}
+    for start in range(0, len(handoff_ids), _LOOKUP_BATCH):
+        for handoff in store.get_many(handoff_ids[start : start + _LOOKUP_BATCH]):
+            found[handoff.id] = handoff.created_at
+    return found

@@ -1,0 +1,93 @@
+"""Running ``handoff serve``: the WSGI app behind gunicorn, or Socket Mode.
+
+The composition root of the HTTP process: it builds the store, the request gate and the Bolt
+app from settings, and hands them to ``bot.http.wsgi``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from gunicorn.app.base import BaseApplication
+from redis import Redis
+
+from bot.app import ConfigurationError, create_app
+from bot.config import Settings
+from bot.http.checks import RequestGate
+from bot.http.prefetch import clicked_handoff_read
+from bot.http.replay import ReplayGuard
+from bot.http.wsgi import WSGIApp, make_wsgi_app
+from bot.keys import BotKeys
+from store.repository import HandoffStore
+
+logger = logging.getLogger(__name__)
+
+SERVE_REDIS_CONNECT_TIMEOUT_SECONDS = 2.0
+SERVE_REDIS_TIMEOUT_SECONDS = 5.0
+
+
+def build_wsgi_app(settings: Settings) -> WSGIApp:
+    """The whole WSGI app from settings (one per server process)."""
+    if not settings.redis_url:
+        raise ValueError("REDIS_URL is not set")
+    if not settings.slack_signing_secret:
+        raise ConfigurationError("SLACK_SIGNING_SECRET is not set; HTTP mode needs it")
+    # Timeouts so that a Redis that stops answering (rather than refusing) frees the
+    # request threads instead of holding them: well past any normal command, and Slack
+    # gives up on an answer after 3 s anyway.
+    redis = Redis.from_url(
+        settings.redis_url,
+        health_check_interval=30,
+        socket_connect_timeout=SERVE_REDIS_CONNECT_TIMEOUT_SECONDS,
+        socket_timeout=SERVE_REDIS_TIMEOUT_SECONDS,
+    )
+    store = HandoffStore(redis, settings.store_config())
+    replay = ReplayGuard(redis, BotKeys(store.keys))
+    gate = RequestGate(settings.slack_signing_secret, replay, read_for=clicked_handoff_read(store))
+    return make_wsgi_app(create_app(settings, redis=redis), redis, gate=gate)
+
+
+class _Gunicorn(BaseApplication):  # type: ignore[misc]
+    """gunicorn run from Python: each worker process builds its own app after the fork."""
+
+    def __init__(self, settings: Settings, options: dict[str, Any]) -> None:
+        self.settings = settings
+        self.options = options
+        super().__init__()
+
+    def load_config(self) -> None:
+        for key, value in self.options.items():
+            self.cfg.set(key, value)
+
+    def load(self) -> WSGIApp:
+        return build_wsgi_app(self.settings)
+
+
+def serve_http(settings: Settings, *, host: str, port: int, workers: int, threads: int) -> None:
+    """Serve ``/slack/events`` with gunicorn (threaded workers)."""
+    create_app(
+        settings, redis=Redis.from_url(settings.redis_url or "")
+    )  # fail fast on bad settings
+    options = {
+        "bind": f"{host}:{port}",
+        "workers": workers,
+        "threads": threads,
+        "worker_class": "gthread",
+        "timeout": 30,
+        "graceful_timeout": 10,
+        "keepalive": 5,
+        "accesslog": None,
+        "loglevel": "info",
+    }
+    _Gunicorn(settings, options).run()
+
+
+def serve_socket_mode(settings: Settings) -> None:
+    """Connect to Slack over Socket Mode (no public URL needed)."""
+    from slack_bolt.adapter.socket_mode import SocketModeHandler
+
+    if not settings.redis_url:
+        raise ValueError("REDIS_URL is not set")
+    app = create_app(settings, redis=Redis.from_url(settings.redis_url))
+    SocketModeHandler(app, settings.slack_app_token).start()

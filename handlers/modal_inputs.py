@@ -1,0 +1,168 @@
+"""Reading a reviewer's edits back from a modal: argument values with their types kept,
+checked against the action's JSON schema when the agent gave one."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import jsonschema
+
+from bot.blockkit.ids import ANSWER_BLOCK, CHOICE_BLOCK, DRAFT_BLOCK_PREFIX, VALUE, arg_block_id
+from bot.blockkit.modals import json_type
+from store.models import Handoff
+
+_TRUE = {"true", "yes", "y", "1"}
+_FALSE = {"false", "no", "n", "0"}
+
+
+@dataclass
+class ParsedEdit:
+    """Edited arguments, or errors keyed by the input block they belong to."""
+
+    args: dict[str, Any] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+
+
+def input_value(state_values: dict[str, Any], block_id: str) -> str | None:
+    """The text typed into an input block (None when empty or absent)."""
+    element = state_values.get(block_id, {}).get(VALUE, {})
+    if element.get("type") == "static_select":
+        option = element.get("selected_option") or {}
+        return option.get("value")
+    value = element.get("value")
+    return value if value not in (None, "") else None
+
+
+def parse_edited_args(handoff: Handoff, state_values: dict[str, Any]) -> ParsedEdit:
+    """Turn the edit modal's inputs back into typed arguments.
+
+    Each input is read as the type the schema names (or, without a schema, the type of the
+    original value), so ``30`` stays a number and ``{"a": 1}`` stays an object.
+    """
+    action = handoff.payload.action  # type: ignore[union-attr]
+    properties = (action.args_schema or {}).get("properties", {})
+    parsed = ParsedEdit()
+    for name, original in action.args.items():
+        block_id = arg_block_id(name)
+        if block_id not in state_values:
+            parsed.args[name] = original  # not editable in the modal (too long): kept
+            continue
+        raw = input_value(state_values, block_id)
+        expected = properties.get(name, {}).get("type") or json_type(original)
+        try:
+            parsed.args[name] = _coerce(raw, expected, original)
+        except ValueError as exc:
+            parsed.errors[block_id] = str(exc)
+    if action.args_schema and not parsed.errors:
+        _check_schema(action.args_schema, parsed)
+    return parsed
+
+
+def parse_answer(state_values: dict[str, Any], choices: list[str] | None) -> str | None:
+    """The answer to a question: the typed text, else the picked choice."""
+    typed = input_value(state_values, ANSWER_BLOCK)
+    if typed and typed.strip():
+        return typed.strip()
+    picked = input_value(state_values, CHOICE_BLOCK)
+    if picked is not None and choices:
+        try:
+            return choices[int(picked)]
+        except (ValueError, IndexError):
+            return None
+    return None
+
+
+def parse_corrected_draft(state_values: dict[str, Any]) -> str:
+    """The corrected draft, joined from its parts in order."""
+    parts = sorted(
+        (int(block_id.removeprefix(DRAFT_BLOCK_PREFIX)), block_id)
+        for block_id in state_values
+        # Only the parts the modal has: a submission naming others is not Slack's.
+        if block_id.startswith(DRAFT_BLOCK_PREFIX)
+        and block_id.removeprefix(DRAFT_BLOCK_PREFIX).isdecimal()
+        and len(block_id) <= len(DRAFT_BLOCK_PREFIX) + 4
+    )
+    return "".join(input_value(state_values, block_id) or "" for _, block_id in parts)
+
+
+def _coerce(raw: str | None, expected: Any, original: Any) -> Any:
+    types = list(expected) if isinstance(expected, list) else [expected]
+    # With a union type, read the input as the original value's type first, so that a
+    # field left as it was keeps its type ("42" stays a string, null stays null).
+    original_type = json_type(original)
+    if original_type in types:
+        types.remove(original_type)
+        types.insert(0, original_type)
+    if raw is None:
+        if "null" in types:
+            return None
+        if "string" in types:
+            return ""
+        raise ValueError("Enter a value (or cancel to keep the agent's)")
+    errors = []
+    for kind in types:
+        try:
+            return _coerce_one(raw, kind)
+        except ValueError as exc:
+            errors.append(str(exc))
+    raise ValueError(errors[0] if errors else "Invalid value")
+
+
+def _coerce_one(raw: str, kind: str) -> Any:
+    text = raw.strip()
+    if kind == "string":
+        return raw
+    if kind == "integer":
+        try:
+            return int(text)
+        except ValueError:
+            raise ValueError("Enter a whole number, e.g. 42") from None
+    if kind == "number":
+        try:
+            number = float(text)
+        except ValueError:
+            raise ValueError("Enter a number, e.g. 12.5") from None
+        return int(number) if number.is_integer() and "." not in text else number
+    if kind == "boolean":
+        if text.lower() in _TRUE:
+            return True
+        if text.lower() in _FALSE:
+            return False
+        raise ValueError("Enter true or false")
+    if kind == "null":
+        if text.lower() in ("null", "none", ""):
+            return None
+        raise ValueError("Must be empty (null)")
+    try:
+        value = json.loads(text)
+    except ValueError:
+        raise ValueError(f"Enter valid JSON ({kind})") from None
+    if kind == "object" and not isinstance(value, dict):
+        raise ValueError('Enter a JSON object, e.g. {"key": "value"}')
+    if kind == "array" and not isinstance(value, list):
+        raise ValueError("Enter a JSON array, e.g. [1, 2]")
+    return value
+
+
+def _check_schema(schema: dict[str, Any], parsed: ParsedEdit) -> None:
+    validator = jsonschema.Draft202012Validator(schema)
+    names = list(parsed.args)
+    for error in validator.iter_errors(parsed.args):
+        name = str(error.path[0]) if error.path else None
+        if name is None and error.validator == "required":
+            missing = error.message.split("'")[1] if "'" in error.message else None
+            name = missing if missing in parsed.args else None
+        block_id = (
+            arg_block_id(name)
+            if name in parsed.args
+            else arg_block_id(names[0])
+            if names
+            else "arg"
+        )
+        parsed.errors.setdefault(block_id, _clip(error.message, 150))
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -1,0 +1,102 @@
+"""SlackNotifier against the stand-in: a post whose answer is lost never leaves a second
+message with live buttons, and every message follows the handoff's state."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+from slack_sdk import WebClient
+
+from bot.delivery.posting import Poster
+from bot.delivery.slack_notifier import DUPLICATE_EVENT_TYPE, METADATA_EVENT_TYPE, SlackNotifier
+from bot.standin import Message, SlackStandIn, StandInUser
+from store.models import Handoff
+from worker.client import Handoffs
+
+CHANNEL = "C0APPROVALS"
+CLIENT_TIMEOUT = 0.25
+LATE = 0.45
+
+
+@pytest.fixture
+def slack() -> Iterator[SlackStandIn]:
+    with SlackStandIn(signing_secret="s", users=[StandInUser("U0ALICE", "alice")]) as running:
+        yield running
+
+
+@pytest.fixture
+def notifier(slack: SlackStandIn) -> SlackNotifier:
+    # slack_sdk annotates timeout as int but passes it to urllib, which takes float seconds.
+    client = WebClient(token=slack.bot_token, base_url=slack.api_url, timeout=CLIENT_TIMEOUT)  # type: ignore[arg-type]
+    return SlackNotifier(client, default_channel=CHANNEL, poster=Poster(client, settle_seconds=0.4))
+
+
+def _approval(handoffs: Handoffs) -> Handoff:
+    return handoffs.request_approval(
+        run_id="run-1", thread_id="t-1", action="issue_refund", args={"amount": 30}
+    )
+
+
+def _posts_of(slack: SlackStandIn, handoff_id: str) -> list[Message]:
+    """Top-level messages that belong to the handoff, by their metadata."""
+    return [
+        m
+        for m in slack.messages(CHANNEL)
+        if not m.thread_ts
+        and (m.metadata or {}).get("event_payload", {}).get("handoff_id") == handoff_id
+    ]
+
+
+def _has_buttons(message: Message) -> bool:
+    return any(block.get("type") == "actions" for block in message.blocks)
+
+
+def test_a_delivery_whose_answer_came_too_late_leaves_one_live_message(
+    slack: SlackStandIn, notifier: SlackNotifier, handoffs: Handoffs
+) -> None:
+    handoff = _approval(handoffs)
+    slack.fail_next("chat.postMessage", status=200, delay=LATE)
+
+    refs = notifier.deliver(handoffs.get(handoff.id))
+
+    [posted] = _posts_of(slack, handoff.id)
+    assert (refs["channel"], refs["ts"]) == (CHANNEL, posted.ts)
+    assert _has_buttons(posted)
+
+
+def test_a_second_attempt_adopts_the_first_post_and_turns_extras_into_pointers(
+    slack: SlackStandIn, notifier: SlackNotifier, handoffs: Handoffs
+) -> None:
+    handoff = handoffs.get(_approval(handoffs).id)
+    # Two earlier attempts posted; their outcome was never recorded (worker lost).
+    first = notifier.deliver(handoff)["ts"]
+    second = notifier.deliver(handoff)["ts"]
+
+    refs = notifier.deliver(handoff, attempt=3)
+
+    assert refs["ts"] == first
+    kept, extra = _posts_of(slack, handoff.id)[0], slack.message(CHANNEL, second)
+    assert _has_buttons(kept)
+    assert not _has_buttons(extra)
+    assert "Duplicate" in json.dumps(extra.blocks)
+    assert kept.permalink in json.dumps(extra.blocks)
+    assert extra.metadata["event_type"] == DUPLICATE_EVENT_TYPE
+    assert kept.metadata["event_type"] == METADATA_EVENT_TYPE
+
+
+def test_the_decision_record_is_posted_once_when_its_answer_is_lost(
+    slack: SlackStandIn, notifier: SlackNotifier, handoffs: Handoffs
+) -> None:
+    handoff = _approval(handoffs)
+    refs = notifier.deliver(handoffs.get(handoff.id))
+    decided = handoffs.decide(handoff.id, "approved", by="U0ALICE")
+    decided = decided.model_copy(update={"message_refs": refs})
+    slack.fail_next("chat.postMessage", reset_connection=True, carried_out=True)
+
+    new_refs = notifier.update(decided)
+
+    [record] = slack.thread(CHANNEL, refs["ts"])
+    assert new_refs is not None and new_refs["record_ts"] == record.ts
+    assert not _has_buttons(slack.message(CHANNEL, refs["ts"]))
