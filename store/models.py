@@ -30,8 +30,6 @@ class Status(StrEnum):
     CANCELLED = "cancelled"
 
 
-DECIDED_STATUSES = frozenset(Status) - {Status.PENDING}
-
 # Which outcomes a person (or the agent's own code) may choose for each request type.
 # Expired and cancelled are set by the sweeper and by cancel(), never by decide().
 ALLOWED_OUTCOMES: dict[RequestType, frozenset[Status]] = {

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from urllib.parse import parse_qsl, quote, urlencode
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bot.http.form import parse_form
-
-PAYLOADS = Path("/work/shared/slack-payloads")
+from tests.support.fixtures import COMMANDS, SLACK_FIXTURES, slack_fixture_paths, slack_fixtures
 
 
 def expected(text: str) -> list[tuple[str, str]]:
@@ -33,12 +31,20 @@ def test_a_slack_interaction_decodes_to_its_json() -> None:
     assert json.loads(dict(fields)["payload"]) == payload
 
 
-def test_the_shared_slack_examples_decode_as_parse_qsl_decodes_them() -> None:
-    examples = sorted(PAYLOADS.glob("*.json"))
-    assert examples, f"no examples in {PAYLOADS}"
+def test_the_slack_fixtures_decode_as_parse_qsl_decodes_them() -> None:
+    examples = slack_fixture_paths()
+    assert examples, f"no examples in {SLACK_FIXTURES}"
     for path in examples:
         text = urlencode({"payload": path.read_text()})
         assert parse_form(text) == expected(text), path.name
+
+
+def test_the_slash_command_fixtures_decode_to_their_fields() -> None:
+    for name, fields in slack_fixtures(COMMANDS).items():
+        text = urlencode(fields)  # as Slack sends them: one form field per key
+
+        assert parse_form(text) == expected(text), name
+        assert parse_form(text) == list(fields.items()), name
 
 
 def test_slash_command_forms_keep_blank_values_and_plus_signs() -> None:

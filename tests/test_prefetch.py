@@ -5,10 +5,10 @@ from __future__ import annotations
 import io
 import json
 import time
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
+import pytest
 from redis import Redis
 from slack_sdk import WebClient
 from slack_sdk.signature import SignatureVerifier
@@ -21,11 +21,23 @@ from bot.keys import BotKeys
 from handlers.decisions import Refusal, load_for
 from handlers.deps import HandlerDeps
 from store.models import Handoff, Status
+from tests.support.fixtures import EVENTS, INTERACTIVITY, slack_fixture, slack_fixtures
 from worker.client import Handoffs
 
 SECRET = "prefetch-test-signing-secret"
 REVIEWER = "U0REVIEWER"
-PAYLOADS = Path("/work/shared/slack-payloads")
+BUTTON_CLICKS = sorted(
+    name
+    for name, payload in slack_fixtures(INTERACTIVITY).items()
+    if payload["type"] == "block_actions" and payload["actions"][0]["type"] == "button"
+)
+"""The button clicks among the fixtures: on a message, in a thread, on the Home, on an
+ephemeral reply."""
+NOT_CLICKS = sorted(
+    name
+    for name, payload in slack_fixtures(INTERACTIVITY).items()
+    if payload["type"] != "block_actions"
+)
 
 
 def _environ(payload: dict[str, Any], *, form: bool = True) -> dict[str, Any]:
@@ -43,14 +55,10 @@ def _environ(payload: dict[str, Any], *, form: bool = True) -> dict[str, Any]:
     }
 
 
-def _example(name: str) -> dict[str, Any]:
-    example: dict[str, Any] = json.loads((PAYLOADS / name).read_text())
-    return example
-
-
-def _click(value: str) -> dict[str, Any]:
-    """Slack's example click, on a button whose value is ``value``."""
-    click = _example("block_actions.json")
+def _click(value: str, example: str = "block_actions_message") -> dict[str, Any]:
+    """The fixture click ``example`` (tests/fixtures/slack/), on a button whose value is
+    ``value``."""
+    click = slack_fixture(example)
     click["actions"][0]["value"] = value
     return click
 
@@ -75,11 +83,12 @@ def _approval(handoffs: Handoffs) -> Handoff:
     )
 
 
+@pytest.mark.parametrize("example", BUTTON_CLICKS)
 def test_a_click_on_a_handoff_button_comes_with_its_handoff_read(
-    redis: Redis, handoffs: Handoffs
+    redis: Redis, handoffs: Handoffs, example: str
 ) -> None:
     handoff = _approval(handoffs)
-    environ = _environ(_click(handoff.id))
+    environ = _environ(_click(handoff.id, example))
 
     admitted = _gate(redis, handoffs).admit(environ)
 
@@ -144,10 +153,24 @@ def test_nothing_is_read_for_requests_that_name_no_handoff(
     not_an_id = gate.admit(_environ(_click("ho_not-an-id")))
     no_value = _click("")
     del no_value["actions"][0]["value"]
-    event = gate.admit(_environ(_example("event_app_home_opened.json"), form=False))
+    event = gate.admit(_environ(slack_fixture("event_app_home_opened"), form=False))
 
     for admitted in (not_an_id, gate.admit(_environ(no_value)), event):
         assert isinstance(admitted, Admitted) and admitted.prefetched is None
+
+
+def test_nothing_is_read_for_submissions_closed_modals_and_events(
+    redis: Redis, handoffs: Handoffs
+) -> None:
+    gate = _gate(redis, handoffs)
+    sent = [(name, slack_fixture(name), True) for name in NOT_CLICKS]
+    sent += [(name, payload, False) for name, payload in slack_fixtures(EVENTS).items()]
+
+    assert {"view_submission", "view_closed", "event_thread_reply"} <= {n for n, _, _ in sent}
+    for name, payload, form in sent:
+        admitted = gate.admit(_environ(payload, form=form))
+
+        assert isinstance(admitted, Admitted) and admitted.prefetched is None, name
 
 
 def _deps(redis: Redis, handoffs: Handoffs) -> HandlerDeps:

@@ -10,7 +10,6 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
@@ -34,9 +33,9 @@ from bot.standin import (
     StandInUser,
     interaction_body,
 )
+from tests.support.fixtures import slack_fixture
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
-PAYLOADS = Path("/work/shared/slack-payloads")
 ALICE = StandInUser("U0ALICE", "alice", tz="Europe/Paris")
 BOB = StandInUser("U0BOB", "bob", is_admin=True, is_owner=True)
 
@@ -226,7 +225,7 @@ def test_post_message_is_recorded_and_answered_like_slack(
         metadata={"event_type": "handoff_posted", "event_payload": {"handoff_id": "ho_01"}},
     )
 
-    example = json.loads((PAYLOADS / "chat_postMessage_response.json").read_text())
+    example = slack_fixture("chat_postMessage_response")
     assert set(example) <= set(answer.data)
     assert set(example["message"]) <= set(answer["message"])
     [message] = standin.messages("C0APPROVALS")
@@ -582,7 +581,7 @@ def test_click_sends_a_signed_block_actions_payload_naming_the_button(
     assert got.signature_valid
     assert got.headers["content-type"] == "application/x-www-form-urlencoded"
     payload = got.payload()
-    example = json.loads((PAYLOADS / "block_actions.json").read_text())
+    example = slack_fixture("block_actions_message")
     assert set(example) == set(payload)
     assert payload["user"] == {
         "id": "U0ALICE",
@@ -809,15 +808,16 @@ def test_submit_view_sends_state_values_shaped_like_slack(
     standin: SlackStandIn, client: WebClient, bot: RecordingBot
 ) -> None:
     view = open_modal_on_click(standin, client, bot)
+    example = slack_fixture("view_submission")
+    reason = example["view"]["state"]["values"]["reason"]["value"]["value"]
 
     response = standin.submit_view(
-        "U0ALICE", view, {"reason": {"value": "Wrong customer"}, "severity": {"pick": "low"}}
+        "U0ALICE", view, {"reason": {"value": reason}, "severity": {"pick": "low"}}
     )
 
     assert response.status == 200
     got = bot.received[-1]
     payload = got.payload()
-    example = json.loads((PAYLOADS / "view_submission.json").read_text())
     assert got.signature_valid and set(example) == set(payload)
     assert set(example["view"]) <= set(payload["view"])
     assert payload["view"]["state"]["values"] == {
@@ -911,7 +911,7 @@ def test_post_message_sends_a_thread_reply_event(
     got = bot.received[0]
     assert got.signature_valid and got.headers["content-type"] == "application/json"
     envelope = got.json()
-    example = json.loads((PAYLOADS / "event_thread_reply.json").read_text())
+    example = slack_fixture("event_thread_reply")
     assert set(example) == set(envelope) and envelope["type"] == "event_callback"
     event = envelope["event"]
     assert set(example["event"]) <= set(event)
@@ -993,7 +993,7 @@ def test_a_slash_command_is_form_fields_and_its_ack_is_shown_to_the_user(
     response = standin.send_command("U0BOB", "/handoff", "list pending", channel_id="C0APPROVALS")
 
     fields = bot.received[0].form()
-    example = json.loads((PAYLOADS / "slash_command.json").read_text())
+    example = slack_fixture("slash_command")
     assert bot.received[0].signature_valid and set(example) == set(fields)
     assert (fields["command"], fields["text"], fields["user_name"], fields["channel_name"]) == (
         "/handoff",
@@ -1011,7 +1011,7 @@ def test_app_home_opened_is_an_event_for_that_person(
     standin.send_app_home_opened("U0ALICE")
 
     envelope = bot.received[0].json()
-    example = json.loads((PAYLOADS / "event_app_home_opened.json").read_text())
+    example = slack_fixture("event_app_home_opened")
     assert set(example["event"]) <= set(envelope["event"])
     assert (envelope["event"]["type"], envelope["event"]["user"], envelope["event"]["tab"]) == (
         "app_home_opened",

@@ -28,6 +28,7 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
 from bot.delivery.client import posting_client
+from store.exceptions import HandoffError
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +46,7 @@ AMBIGUOUS_ERRORS: tuple[type[Exception], ...] = (
 """Failures after which a post may have been made."""
 
 
-class AnswerLost(Exception):
+class AnswerLost(HandoffError):
     """Every try at a post lost its answer and the post was not found; the caller should
     retry later with ``since`` (the next try looks for it again before posting)."""
 

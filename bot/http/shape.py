@@ -20,9 +20,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from bot.http.form import parse_form
+from store.exceptions import HandoffError
 
 
-class MalformedRequest(ValueError):
+class MalformedRequest(HandoffError, ValueError):
     """The body is not something Slack sends; the message says which field is wrong."""
 
 

@@ -1,6 +1,6 @@
 """What Slack sends the bot: interaction payloads, Events API envelopes, slash command fields.
 
-Shapes follow /work/shared/slack-payloads/ (recorded from Slack). Every builder takes the
+Shapes follow what Slack documents for each payload (see tests/fixtures/slack/). Every builder takes the
 ``Workspace`` for team and app ids; none of them sends anything.
 """
 

@@ -3,8 +3,8 @@ events and slash commands, with bodies that are signed exactly as Slack signs th
 get past the signature check and reach Bolt and the listeners).
 
 The bodies are near-valid (real payloads the stand-in sends for clicks, modal submissions,
-thread replies, Home openings and commands, and the recorded examples in
-shared/slack-payloads/ beside the checkout, with one to four mutations each: a field
+thread replies, Home openings and commands, and the example payloads in
+tests/fixtures/slack/, with one to four mutations each: a field
 deleted, retyped, set to random JSON or to a value that matters here, such as another
 handoff's id, a channel, a message ts, an action id, sealed or forged modal metadata) or
 random (any JSON, any form fields, any bytes). Every person in them is one who may decide
@@ -41,7 +41,7 @@ from bot.blockkit import ids as block_ids
 from bot.blockkit.replies import PageRequest, encode_page
 from bot.queries.listings import ListFilter, ListKind
 from handlers.modal_metadata import ModalOrigin, metadata_key, seal
-from tests.conftest import ROOT
+from tests.support.fixtures import COMMANDS, EVENTS, INTERACTIVITY, slack_fixtures
 from tests.support.security_harness import (
     FORM,
     JSON,
@@ -78,9 +78,6 @@ FUZZ = settings(
     database=None,
     suppress_health_check=list(HealthCheck),
 )
-
-RECORDED = ROOT.parent / "shared" / "slack-payloads"
-"""Real Slack payloads, in the project's shared folder beside the checkout (when it is there)."""
 
 DECIDERS = frozenset({ALICE, BOB, ADMIN, OWNER})
 """Everyone who may decide or administer something in this package: never a fuzzed actor."""
@@ -193,7 +190,7 @@ def world(slack: SlackEnv, store_redis: Redis) -> World:
             made.events.append(json.loads(body))
         else:
             made.commands.append(dict(parse_qsl(body.decode(), keep_blank_values=True)))
-    _add_recorded(made)
+    _add_fixtures(made)
 
     made.clicks = [_trimmed(payload) for payload in made.clicks]
     made.strings = _strings(made, messages, key)
@@ -236,18 +233,16 @@ def _prefilled(blocks: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return filled
 
 
-def _add_recorded(made: World) -> None:
-    """The recorded Slack examples, when the shared folder is there."""
-    recorded = {p.stem: json.loads(p.read_text()) for p in RECORDED.glob("*.json")}
-    if "block_actions" in recorded:
-        made.clicks.append(recorded["block_actions"])
-    if "view_submission" in recorded:
-        made.submissions.append(recorded["view_submission"])
-    made.events += [
-        recorded[k] for k in ("event_thread_reply", "event_app_home_opened") if k in recorded
+def _add_fixtures(made: World) -> None:
+    """Every example payload in tests/fixtures/slack/ (its people decide nothing here):
+    clicks, modal submissions and closings, events (url_verification included), slash
+    commands and Slack's ssl_check ping."""
+    for payload in slack_fixtures(INTERACTIVITY).values():
+        (made.clicks if payload["type"] == "block_actions" else made.submissions).append(payload)
+    made.events += slack_fixtures(EVENTS).values()
+    made.commands += [
+        {k: str(v) for k, v in fields.items()} for fields in slack_fixtures(COMMANDS).values()
     ]
-    if "slash_command" in recorded:
-        made.commands.append({k: str(v) for k, v in recorded["slash_command"].items()})
 
 
 def _strings(made: World, messages: list[Any], key: bytes) -> list[str]:

@@ -49,7 +49,7 @@ from typing import Any, Literal, ParamSpec, Protocol, TypeVar, Unpack, cast, ove
 
 from pydantic import BaseModel, Field, TypeAdapter
 
-from store.exceptions import AlreadyDecided
+from store.exceptions import AlreadyDecided, HandoffError
 from store.models import Handoff, Status
 from worker.adapters.pauses import (
     HandoffOptions,
@@ -83,7 +83,7 @@ R = TypeVar("R")
 _ALWAYS_HIDDEN = frozenset({"self", "cls"})
 
 
-class ApprovalRejected(Exception):
+class ApprovalRejected(HandoffError):
     """The call was not approved: rejected, expired or cancelled. ``handoff`` tells who
     decided what and why."""
 
@@ -92,7 +92,7 @@ class ApprovalRejected(Exception):
         self.handoff = handoff
 
 
-class QuestionDeclined(Exception):
+class QuestionDeclined(HandoffError):
     """The question got no answer: rejected, expired or cancelled."""
 
     def __init__(self, handoff: Handoff, message: str) -> None:
@@ -100,7 +100,7 @@ class QuestionDeclined(Exception):
         self.handoff = handoff
 
 
-class DecisionTimeout(TimeoutError):
+class DecisionTimeout(HandoffError, TimeoutError):
     """Nobody decided within the wait's timeout; the handoff was cancelled."""
 
     def __init__(self, handoff: Handoff, timeout: float | None) -> None:

@@ -63,6 +63,7 @@ from typing import Any, ClassVar, Literal, Unpack
 from langgraph.types import Command, GraphOutput, Interrupt, StateSnapshot
 from redis.client import Pipeline
 
+from store.exceptions import HandoffError
 from store.models import CorrectionPayload, Handoff, RequestType, Status
 from worker.adapters.pauses import (
     AdapterMetadata,
@@ -99,7 +100,7 @@ _INTERRUPT_ID = re.compile(r"[0-9a-f]{32}")
 _QUESTION_LIMIT = 3000
 
 
-class UnresumableDecision(ValueError):
+class UnresumableDecision(HandoffError, ValueError):
     """The decision cannot be expressed with the decisions the graph allows (for example a
     rejection where the graph allows only ``approve``)."""
 

@@ -62,13 +62,14 @@ from redis import Redis
 from redis.client import Pipeline
 
 from store.decoding import as_text
+from store.exceptions import HandoffError
 from store.models import ApprovalPayload, Handoff, ProposedAction, Status
 from worker.client import Handoffs, RequestOptions
 
 logger = logging.getLogger(__name__)
 
 
-class InvalidFactory(ValueError):
+class InvalidFactory(HandoffError, ValueError):
     """A ``"module:function"`` factory path that cannot be imported or called."""
 
 
