@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import threading
+from collections.abc import Iterator
 
 from redis import Redis
 from slack_bolt import App
@@ -17,11 +20,9 @@ from bot.delivery.client import make_web_client, tokenless
 from bot.keys import BotKeys
 from handlers import HandlerDeps, register
 from handlers.modal_metadata import metadata_key
-from store.repository import HandoffStore
+from store.exceptions import ConfigurationError  # raised here; also imported from here
 
-
-class ConfigurationError(Exception):
-    """The settings cannot run the bot; the message says which to set."""
+__all__ = ["ConfigurationError", "create_app"]
 
 
 def create_app(settings: Settings, *, redis: Redis, client: WebClient | None = None) -> App:
@@ -38,23 +39,27 @@ def create_app(settings: Settings, *, redis: Redis, client: WebClient | None = N
             "single-workspace app: unset them and use SLACK_BOT_TOKEN"
         )
     if not settings.slack_bot_token:
-        raise ConfigurationError("SLACK_BOT_TOKEN is not set (xoxb-...)")
+        raise ConfigurationError(
+            "SLACK_BOT_TOKEN is not set; set it to the app's bot token (xoxb-..., on the "
+            "app's OAuth & Permissions page)"
+        )
     if not settings.slack_signing_secret and not settings.slack_app_token:
         raise ConfigurationError(
-            "SLACK_SIGNING_SECRET is not set; it is needed to verify requests from Slack "
-            "(or set SLACK_APP_TOKEN to use Socket Mode)"
+            "SLACK_SIGNING_SECRET is not set; set it (the app's Basic Information page) to "
+            "verify requests from Slack, or set SLACK_APP_TOKEN to use Socket Mode"
         )
     client = client or make_web_client(settings)
-    app = App(
-        signing_secret=settings.slack_signing_secret or "socket-mode",
-        # Without a token of its own, Bolt takes it from ``authorize`` on each request: a
-        # slow auth.test then never fails a person's click (see bot.access.authorize).
-        client=tokenless(client),
-        authorize=BotIdentity(settings.slack_bot_token),
-        process_before_response=True,
-        logger=logging.getLogger("bot.bolt"),
-    )
-    store = HandoffStore(redis, settings.store_config())
+    with _bot_token_hidden_from_bolt():
+        app = App(
+            signing_secret=settings.slack_signing_secret or "socket-mode",
+            # Without a token of its own, Bolt takes it from ``authorize`` on each request:
+            # a slow auth.test then never fails a person's click (see bot.access.authorize).
+            client=tokenless(client),
+            authorize=BotIdentity(settings.slack_bot_token),
+            process_before_response=True,
+            logger=logging.getLogger("bot.bolt"),
+        )
+    store = settings.open_store(redis=redis)
     reviewers = ReviewerPolicy.from_settings(settings, client, redis, store.keys)
     admins = AdminPolicy(client, redis, BotKeys(store.keys), admins=settings.admin_ids)
     register(
@@ -68,3 +73,26 @@ def create_app(settings: Settings, *, redis: Redis, client: WebClient | None = N
         ),
     )
     return app
+
+
+_BOLT_ENVIRONMENT = threading.Lock()
+
+
+@contextlib.contextmanager
+def _bot_token_hidden_from_bolt() -> Iterator[None]:
+    """Keep ``SLACK_BOT_TOKEN`` out of the environment while Bolt's ``App`` is built.
+
+    Given no ``token``, ``App`` reads ``SLACK_BOT_TOKEN`` itself and, as it was given a
+    ``client`` too, logs "As you gave `client` as well, `token` will be unused." (once per
+    process building an app: three times for `handoff serve`). The token reaches Bolt
+    through ``authorize`` instead, and the settings are read in one place, so Bolt has no
+    business reading it. The app is built at start-up, before any thread that could read
+    the environment meanwhile; the lock keeps two builds from restoring it out of order.
+    """
+    with _BOLT_ENVIRONMENT:
+        token = os.environ.pop("SLACK_BOT_TOKEN", None)
+        try:
+            yield
+        finally:
+            if token is not None:
+                os.environ["SLACK_BOT_TOKEN"] = token

@@ -8,41 +8,46 @@ import sys
 from typing import TextIO
 
 import click
-from redis import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from bot.config import Settings
-from store.exceptions import HandoffError
-from store.models import Handoff, Status
-from store.repository import HandoffStore
+from store.exceptions import ConfigurationError, HandoffError
+from store.models import Handoff, RequestType, Status
+from worker.client import pending_index
 from worker.notifier import LoggingNotifier, Notifier
 from worker.runner import LOG_FORMAT
 
 
 def _settings() -> Settings:
-    return Settings()
+    # A bad or missing setting is a ConfigurationError with a one-line message.
+    return Settings.from_env()
 
 
-def _require_redis_url(settings: Settings) -> str:
-    if not settings.redis_url:
-        raise click.UsageError(
-            "REDIS_URL is not set; point it at your Redis (e.g. redis://127.0.0.1:6379) "
-            "or use `handoff dev`, which starts an embedded one"
-        )
-    return settings.redis_url
+class _ConfigurationProblem(click.ClickException):
+    """A setting to fix: one line, and exit status 2 like a usage error (without the usage
+    text, which says nothing about the environment)."""
 
-
-def _store(settings: Settings) -> HandoffStore:
-    return HandoffStore(Redis.from_url(_require_redis_url(settings)), settings.store_config())
+    exit_code = 2
 
 
 class _HandoffGroup(click.Group):
-    """Shows the store's errors as one-line messages instead of tracebacks."""
+    """Shows the store's errors, bad settings and an unreachable Redis as one-line messages
+    instead of tracebacks."""
 
     def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
+        except ConfigurationError as exc:
+            raise _ConfigurationProblem(str(exc)) from exc
         except HandoffError as exc:
             raise click.ClickException(str(exc)) from exc
+        except (RedisConnectionError, RedisTimeoutError) as exc:
+            # Not the URL: it may carry a password.
+            raise click.ClickException(
+                f"cannot reach Redis ({exc}); check that it is running and that REDIS_URL "
+                "points at it"
+            ) from exc
 
 
 @click.group(cls=_HandoffGroup)
@@ -88,10 +93,10 @@ def worker(burst: bool, no_dispatcher: bool, name: str | None, fork: bool) -> No
 
     settings = _settings()
     run_worker(
-        _require_redis_url(settings),
+        settings.require_redis_url(),
         store_config=settings.store_config(),
         queue_name=settings.queue,
-        notifier=_notifier(settings),
+        notifier=build_notifier(settings),
         with_dispatcher=not no_dispatcher,
         dispatch_interval=settings.sweep_interval_seconds,
         dispatch_timeout=settings.dispatch_timeout_seconds,
@@ -102,19 +107,21 @@ def worker(burst: bool, no_dispatcher: bool, name: str | None, fork: bool) -> No
     )
 
 
-def _notifier(settings: Settings) -> Notifier:
+def build_notifier(settings: Settings) -> Notifier:
+    """The notifier the worker hands handoffs to, from settings: Slack (posts, updates and
+    App Home refreshes) with a bot token, the log without one."""
     if not settings.slack_bot_token:
         logging.getLogger(__name__).warning("SLACK_BOT_TOKEN is not set: handoffs go to the log")
         return LoggingNotifier()
+    # Imported here: a worker without a token needs none of the Slack side.
     from bot.access.reviewers import ReviewerPolicy
     from bot.delivery.client import make_web_client
     from bot.delivery.home_publisher import refresh_homes
     from bot.delivery.slack_notifier import SlackNotifier
 
     client = make_web_client(settings)
-    redis = Redis.from_url(_require_redis_url(settings))
-    store = HandoffStore(redis, settings.store_config())
-    policy = ReviewerPolicy.from_settings(settings, client, redis, store.keys)
+    store = settings.open_store()
+    policy = ReviewerPolicy.from_settings(settings, client, store.redis, store.keys)
 
     def refresh(handoff: Handoff) -> None:
         refresh_homes(client, store, policy, handoff, command=settings.slash_command)
@@ -132,20 +139,17 @@ def _notifier(settings: Settings) -> Notifier:
 )
 def serve(host: str, port: int, workers: int, threads: int, socket_mode: bool) -> None:
     """Serve the Slack bot: HTTP on /slack/events (and GET /healthz), or Socket Mode."""
-    from bot.app import ConfigurationError
     from bot.serve import serve_http, serve_socket_mode
 
     settings = _settings()
-    _require_redis_url(settings)
-    try:
-        if socket_mode or settings.slack_app_token:
-            if not settings.slack_app_token:
-                raise click.UsageError("--socket-mode needs SLACK_APP_TOKEN (xapp-...)")
-            serve_socket_mode(settings)
-        else:
-            serve_http(settings, host=host, port=port, workers=workers, threads=threads)
-    except ConfigurationError as exc:
-        raise click.UsageError(str(exc)) from exc
+    settings.require_redis_url()
+    # A ConfigurationError (a Slack setting missing) is shown by _HandoffGroup, in one line.
+    if socket_mode or settings.slack_app_token:
+        if not settings.slack_app_token:
+            raise click.UsageError("--socket-mode needs SLACK_APP_TOKEN (xapp-...)")
+        serve_socket_mode(settings)
+    else:
+        serve_http(settings, host=host, port=port, workers=workers, threads=threads)
 
 
 @main.command()
@@ -155,7 +159,7 @@ def dispatcher() -> None:
 
     settings = _settings()
     run_dispatcher(
-        _require_redis_url(settings),
+        settings.require_redis_url(),
         store_config=settings.store_config(),
         queue_name=settings.queue,
         interval=settings.sweep_interval_seconds,
@@ -168,7 +172,7 @@ def dispatcher() -> None:
 @click.argument("handoff_id")
 def show(handoff_id: str) -> None:
     """Print a handoff and its audit trail as JSON."""
-    store = _store(_settings())
+    store = _settings().open_store()
     handoff = store.get(handoff_id)
     record = handoff.model_dump(mode="json")
     record["audit"] = [event.model_dump(mode="json") for event in store.audit_trail(handoff_id)]
@@ -178,9 +182,39 @@ def show(handoff_id: str) -> None:
 @main.command(name="list")
 @click.option("--limit", default=20, show_default=True)
 @click.option("--cursor", default=None, help="next_cursor of the previous page.")
-def list_pending(limit: int, cursor: str | None) -> None:
-    """List pending handoffs, oldest first."""
-    page = _store(_settings()).list_pending(cursor=cursor, limit=limit)
+@click.option("--channel", default=None, help="Only the handoffs posted in this channel id.")
+@click.option("--run", "run_id", default=None, help="Only the handoffs of this run.")
+@click.option("--reviewer", default=None, help="Only the handoffs this user or group may decide.")
+@click.option(
+    "--type",
+    "request_type",
+    type=click.Choice([t.value for t in RequestType]),
+    default=None,
+    help="Only the handoffs of this type.",
+)
+def list_pending(
+    limit: int,
+    cursor: str | None,
+    channel: str | None,
+    run_id: str | None,
+    reviewer: str | None,
+    request_type: str | None,
+) -> None:
+    """List pending handoffs, oldest first (filtered by at most one of the filters)."""
+    filters = {
+        "--channel": channel,
+        "--run": run_id,
+        "--reviewer": reviewer,
+        "--type": request_type,
+    }
+    given = {option: value for option, value in filters.items() if value}
+    if len(given) > 1:
+        raise click.UsageError(f"filter by one of {', '.join(filters)} at a time")
+    store = _settings().open_store()
+    index = pending_index(
+        store.keys, channel=channel, run_id=run_id, reviewer=reviewer, request_type=request_type
+    )
+    page = store.list_pending(index, cursor=cursor, limit=limit)
     for handoff in page.items:
         click.echo(
             f"{handoff.id}  {handoff.request_type.value:<10}  run={handoff.run_id}  "
@@ -188,6 +222,13 @@ def list_pending(limit: int, cursor: str | None) -> None:
         )
     if page.next_cursor:
         click.echo(f"more: --cursor {page.next_cursor}")
+    if not page.items:
+        # Say so: an empty output reads as a command that did nothing.
+        which = "".join(f" with {option} {value}" for option, value in given.items())
+        if cursor:
+            click.echo(f"no more pending handoffs{which} after this cursor")
+        else:
+            click.echo(f"no pending handoffs{which}")
 
 
 @main.command()
@@ -198,7 +239,8 @@ def list_pending(limit: int, cursor: str | None) -> None:
 @click.option("--answer", default=None, help="Answer text (questions, escalations).")
 def decide(handoff_id: str, outcome: str, by: str, comment: str | None, answer: str | None) -> None:
     """Decide a pending handoff from the command line."""
-    handoff = _store(_settings()).decide(
+    store = _settings().open_store()
+    handoff = store.decide(
         handoff_id, outcome, decided_by=by, via="cli", comment=comment, answer=answer
     )
     click.echo(f"{handoff.id} is {handoff.status.value}")
@@ -209,7 +251,7 @@ def decide(handoff_id: str, outcome: str, by: str, comment: str | None, answer: 
 @click.option("--by", default="cli", help="Who asks for the retry.")
 def retry(handoff_id: str, by: str) -> None:
     """Retry what failed after all its attempts: the delivery, the resume, the update."""
-    retried = _store(_settings()).retry_failed(handoff_id, requested_by=by)
+    retried = _settings().open_store().retry_failed(handoff_id, requested_by=by)
     click.echo(f"{', '.join(kind.value for kind in retried)} of {handoff_id} queued again")
 
 
@@ -232,7 +274,7 @@ def audit_export(since: str | None, run_id: str | None, output: TextIO) -> None:
         start = parse_since(since) if since else None
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--since") from exc
-    written = export_audit(_store(_settings()), output, since=start, run_id=run_id)
+    written = export_audit(_settings().open_store(), output, since=start, run_id=run_id)
     click.echo(f"{written} events exported", err=True)
 
 

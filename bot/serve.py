@@ -10,16 +10,15 @@ import logging
 from typing import Any
 
 from gunicorn.app.base import BaseApplication
-from redis import Redis
 
-from bot.app import ConfigurationError, create_app
+from bot.app import create_app
 from bot.config import Settings
 from bot.http.checks import RequestGate
 from bot.http.prefetch import clicked_handoff_read
 from bot.http.replay import ReplayGuard
 from bot.http.wsgi import WSGIApp, make_wsgi_app
 from bot.keys import BotKeys
-from store.repository import HandoffStore
+from store.exceptions import ConfigurationError
 
 logger = logging.getLogger(__name__)
 
@@ -29,20 +28,21 @@ SERVE_REDIS_TIMEOUT_SECONDS = 5.0
 
 def build_wsgi_app(settings: Settings) -> WSGIApp:
     """The whole WSGI app from settings (one per server process)."""
-    if not settings.redis_url:
-        raise ValueError("REDIS_URL is not set")
     if not settings.slack_signing_secret:
-        raise ConfigurationError("SLACK_SIGNING_SECRET is not set; HTTP mode needs it")
+        raise ConfigurationError(
+            "SLACK_SIGNING_SECRET is not set; HTTP mode needs it to verify requests from "
+            "Slack: set it (the app's Basic Information page), or set SLACK_APP_TOKEN to use "
+            "Socket Mode"
+        )
     # Timeouts so that a Redis that stops answering (rather than refusing) frees the
     # request threads instead of holding them: well past any normal command, and Slack
     # gives up on an answer after 3 s anyway.
-    redis = Redis.from_url(
-        settings.redis_url,
+    redis = settings.open_redis(
         health_check_interval=30,
         socket_connect_timeout=SERVE_REDIS_CONNECT_TIMEOUT_SECONDS,
         socket_timeout=SERVE_REDIS_TIMEOUT_SECONDS,
     )
-    store = HandoffStore(redis, settings.store_config())
+    store = settings.open_store(redis=redis)
     replay = ReplayGuard(redis, BotKeys(store.keys))
     gate = RequestGate(settings.slack_signing_secret, replay, read_for=clicked_handoff_read(store))
     return make_wsgi_app(create_app(settings, redis=redis), redis, gate=gate)
@@ -66,9 +66,8 @@ class _Gunicorn(BaseApplication):  # type: ignore[misc]
 
 def serve_http(settings: Settings, *, host: str, port: int, workers: int, threads: int) -> None:
     """Serve ``/slack/events`` with gunicorn (threaded workers)."""
-    create_app(
-        settings, redis=Redis.from_url(settings.redis_url or "")
-    )  # fail fast on bad settings
+    # Fail fast on bad settings, here, rather than in each worker process after the fork.
+    create_app(settings, redis=settings.open_redis())
     options = {
         "bind": f"{host}:{port}",
         "workers": workers,
@@ -87,7 +86,5 @@ def serve_socket_mode(settings: Settings) -> None:
     """Connect to Slack over Socket Mode (no public URL needed)."""
     from slack_bolt.adapter.socket_mode import SocketModeHandler
 
-    if not settings.redis_url:
-        raise ValueError("REDIS_URL is not set")
-    app = create_app(settings, redis=Redis.from_url(settings.redis_url))
+    app = create_app(settings, redis=settings.open_redis())
     SocketModeHandler(app, settings.slack_app_token).start()

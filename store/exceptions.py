@@ -9,6 +9,11 @@ class HandoffError(Exception):
     """Base class for every error slack-handoff raises on purpose."""
 
 
+class ConfigurationError(HandoffError, ValueError):
+    """The settings cannot run this (a variable unset or malformed); the message says which
+    to set, and how. A ``ValueError`` too, as bad settings were before it existed."""
+
+
 class InvalidHandoffRequest(HandoffError, ValueError):
     """The request to create a handoff is malformed (unknown type, missing or bad fields)."""
 

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import time
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
+from redis import Redis
 
-from store.models import Status
+from store.models import Handoff, RequestType, Status
+from tests.support.redis_state import snapshot
 from worker.aio import AsyncHandoffs
-from worker.client import Handoffs
+from worker.client import REQUEST_OPTIONS, Handoffs
 
 RUN = {"run_id": "run-1", "thread_id": "t-1"}
 
@@ -109,3 +114,74 @@ def test_async_methods_reach_the_same_store_as_the_sync_client(
 
     asyncio.run(scenario())
     assert handoffs.list_pending().items == []
+
+
+CREATING_METHODS = ["request_approval", "ask", "request_correction", "escalate", "request"]
+
+
+def _creating_call(client: AsyncHandoffs, method: str) -> Callable[..., Awaitable[Handoff]]:
+    """``method`` of ``client`` with its required arguments bound; takes the options."""
+    required: dict[str, dict[str, Any]] = {
+        "request_approval": {"action": "issue_refund"},
+        "ask": {"question": "Which customer?"},
+        "request_correction": {"draft": "Dear cust"},
+        "escalate": {"summary": "Customer threatens to sue"},
+    }
+    if method == "request":
+        payload = {"kind": "question", "question": "Which customer?"}
+        return functools.partial(client.request, "question", payload, **RUN)
+    return functools.partial(getattr(client, method), **RUN, **required[method])
+
+
+@pytest.mark.parametrize("method", CREATING_METHODS)
+@pytest.mark.parametrize(
+    ("unknown", "named"),
+    [
+        ({"reviewer": ["U1"]}, "argument 'reviewer' (did you mean 'reviewers'?);"),
+        ({"totally_bogus": 5}, "argument 'totally_bogus';"),
+    ],
+)
+def test_an_unknown_option_is_a_type_error_naming_it_and_writes_nothing(
+    redis: Redis,
+    handoffs: Handoffs,
+    redis_url: str,
+    method: str,
+    unknown: dict[str, Any],
+    named: str,
+) -> None:
+    handoffs.ask(**RUN, question="an unrelated handoff already stored")
+    before = snapshot(redis)
+
+    async def scenario() -> tuple[str, Handoff]:
+        client = AsyncHandoffs(handoffs, aioredis.Redis.from_url(redis_url))
+        try:
+            create = _creating_call(client, method)
+            with pytest.raises(TypeError) as caught:
+                await create(**unknown)
+            assert snapshot(redis) == before
+            return str(caught.value), await create()  # fine without the unknown option
+        finally:
+            await client.aclose()
+
+    message, created = asyncio.run(scenario())
+
+    assert message.startswith(f"AsyncHandoffs.{method}() got unexpected keyword {named}")
+    accepted = set(message.split("; it accepts ")[1].split(", "))
+    assert accepted >= REQUEST_OPTIONS | {"run_id", "thread_id"}
+    assert created.is_pending
+
+
+def test_generic_request_creates_a_handoff_of_any_type(handoffs: Handoffs, redis_url: str) -> None:
+    async def scenario() -> Handoff:
+        client = AsyncHandoffs(handoffs, aioredis.Redis.from_url(redis_url))
+        try:
+            return await client.request(
+                "escalation", {"kind": "escalation", "summary": "help"}, **RUN, channel="C9"
+            )
+        finally:
+            await client.aclose()
+
+    created = asyncio.run(scenario())
+
+    stored = handoffs.get(created.id)
+    assert (stored.request_type, stored.channel) == (RequestType.ESCALATION, "C9")

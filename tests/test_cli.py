@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from redis import Redis
 
 from tests.conftest import ROOT
@@ -95,3 +96,101 @@ def test_worker_without_redis_url_explains_what_to_do() -> None:
     )
     assert result.returncode == 2
     assert "REDIS_URL is not set" in result.stderr
+
+
+def test_list_says_so_when_nothing_is_pending(redis: Redis, redis_url: str) -> None:
+    env = {"REDIS_URL": redis_url}
+
+    listed = _handoff("list", env=env)
+    filtered = _handoff("list", "--channel", "C-EMPTY", env=env)
+
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout == "no pending handoffs\n"
+    assert filtered.returncode == 0, filtered.stderr
+    assert filtered.stdout == "no pending handoffs with --channel C-EMPTY\n"
+
+
+def test_list_filters_by_channel_run_reviewer_or_type(redis: Redis, redis_url: str) -> None:
+    handoffs = Handoffs(redis)
+    asked = handoffs.ask(run_id="run-a", thread_id="t", question="?", channel="C1")
+    approval = handoffs.request_approval(
+        run_id="run-b", thread_id="t", action="deploy", channel="C2", reviewers=["U7"]
+    )
+    env = {"REDIS_URL": redis_url}
+
+    def ids(*args: str) -> list[str]:
+        result = _handoff("list", *args, env=env)
+        assert result.returncode == 0, result.stderr
+        return [line.split()[0] for line in result.stdout.splitlines()]
+
+    assert ids() == [asked.id, approval.id]
+    assert ids("--channel", "C1") == [asked.id]
+    assert ids("--run", "run-b") == [approval.id]
+    assert ids("--reviewer", "U7") == [approval.id]
+    assert ids("--type", "question") == [asked.id]
+    assert _handoff("list", "--run", "run-z", env=env).stdout == (
+        "no pending handoffs with --run run-z\n"
+    )
+    both = _handoff("list", "--channel", "C1", "--run", "run-a", env=env)
+    assert both.returncode == 2
+    assert "filter by one of --channel, --run, --reviewer, --type at a time" in both.stderr
+    assert "Traceback" not in both.stderr
+
+
+def test_a_bad_redis_url_is_one_line_saying_what_a_valid_one_looks_like() -> None:
+    result = subprocess.run(
+        [str(Path(sys.executable).with_name("handoff")), "list"],
+        env={**os.environ, "REDIS_URL": "notaurl"},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert result.returncode != 0
+    assert result.stdout == ""
+    [line] = result.stderr.splitlines()
+    assert line.startswith("Error: bad setting REDIS_URL: not a Redis URL; use redis://")
+    assert "rediss://" in line
+    assert "unix://" in line
+
+
+@pytest.mark.parametrize(
+    ("command", "env", "expected"),
+    [
+        (
+            ["list"],
+            {"HANDOFF_RESUME_MAX_ATTEMPTS": "0", "HANDOFF_SLASH_COMMAND": "oops"},
+            "Error: bad settings HANDOFF_RESUME_MAX_ATTEMPTS: ",
+        ),
+        (["worker"], {"REDIS_URL": "redis://example:port"}, "Error: bad setting REDIS_URL: "),
+        (["dispatcher"], {"REDIS_URL": ""}, "Error: REDIS_URL is not set; point it at"),
+        (
+            ["serve"],
+            {"SLACK_BOT_TOKEN": "", "SLACK_APP_TOKEN": ""},
+            "Error: SLACK_BOT_TOKEN is not set; set it to the app's bot token",
+        ),
+        (
+            ["serve"],
+            {"SLACK_BOT_TOKEN": "xoxb-cli-test", "SLACK_SIGNING_SECRET": "", "SLACK_APP_TOKEN": ""},
+            "Error: SLACK_SIGNING_SECRET is not set; set it",
+        ),
+    ],
+)
+def test_every_settings_error_is_one_line_and_exit_status_2(
+    redis_url: str, command: list[str], env: dict[str, str], expected: str
+) -> None:
+    result = _handoff(*command, env={"REDIS_URL": redis_url, **env}, timeout=60)
+
+    assert result.returncode == 2, result.stdout + result.stderr
+    [line] = result.stderr.splitlines()
+    assert line.startswith(expected)
+
+
+def test_an_unreachable_redis_is_one_line() -> None:
+    result = _handoff("list", env={"REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"})
+
+    assert result.returncode == 1
+    [line] = result.stderr.splitlines()
+    assert line.startswith("Error: cannot reach Redis (")
+    assert line.endswith("check that it is running and that REDIS_URL points at it")

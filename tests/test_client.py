@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -14,6 +18,8 @@ from redis import Redis
 
 from store.exceptions import (
     AlreadyDecided,
+    ConfigurationError,
+    HandoffError,
     HandoffNotFound,
     IdempotencyConflict,
     InvalidHandoffRequest,
@@ -30,8 +36,10 @@ from store.models import (
     RequestType,
     Status,
 )
+from store.settings import StoreSettings
+from tests.conftest import ROOT
 from tests.support.redis_state import snapshot
-from worker.client import Handoffs
+from worker.client import REQUEST_OPTIONS, Handoffs
 
 UNKNOWN_ID = "ho_01JDZ3Q6T5N9W2V8K4M7R1X0BC"
 RUN = {"run_id": "run-1", "thread_id": "t-1"}
@@ -447,3 +455,141 @@ def test_list_pending_pages_with_a_cursor(handoffs: Handoffs) -> None:
 
     assert [h.id for h in first.items] + [h.id for h in second.items] == created
     assert second.next_cursor is None
+
+
+# -- unknown options ------------------------------------------------------------------
+
+
+def _creating_call(handoffs: Handoffs, method: str) -> Callable[..., Handoff]:
+    """``method`` of ``handoffs`` with its required arguments bound; takes the options."""
+    required: dict[str, dict[str, Any]] = {
+        "request_approval": {"action": "issue_refund"},
+        "ask": {"question": "Which customer?"},
+        "request_correction": {"draft": "Dear cust"},
+        "escalate": {"summary": "Customer threatens to sue"},
+    }
+    if method == "request":
+        payload = {"kind": "question", "question": "Which customer?"}
+        return functools.partial(handoffs.request, "question", payload, **RUN)
+    return functools.partial(getattr(handoffs, method), **RUN, **required[method])
+
+
+CREATING_METHODS = ["request_approval", "ask", "request_correction", "escalate", "request"]
+UNKNOWN_OPTIONS = [
+    ({"reviewer": ["U1"]}, "argument 'reviewer' (did you mean 'reviewers'?);"),
+    ({"totally_bogus": 5}, "argument 'totally_bogus';"),
+    ({"reviewers": ["U1"], "chanel": "C1", "x": 1}, "arguments 'chanel', 'x' (did you mean"),
+]
+
+
+@pytest.mark.parametrize("method", CREATING_METHODS)
+@pytest.mark.parametrize(("unknown", "named"), UNKNOWN_OPTIONS)
+def test_an_unknown_option_is_a_type_error_naming_it_and_writes_nothing(
+    redis: Redis, handoffs: Handoffs, method: str, unknown: dict[str, Any], named: str
+) -> None:
+    handoffs.ask(**RUN, question="an unrelated handoff already stored")
+    create = _creating_call(handoffs, method)
+
+    with writes_nothing(redis), pytest.raises(TypeError) as caught:
+        create(**unknown)
+
+    message = str(caught.value)
+    assert message.startswith(f"Handoffs.{method}() got unexpected keyword {named}")
+    accepted = message.split("; it accepts ")[1].split(", ")
+    assert set(accepted) >= REQUEST_OPTIONS | {"run_id", "thread_id"}
+    assert not (set(unknown) - REQUEST_OPTIONS) & set(accepted)
+    # Without the unknown options the same call goes through.
+    known = {name: value for name, value in unknown.items() if name in REQUEST_OPTIONS}
+    assert create(**known).is_pending
+
+
+def test_a_misspelt_reviewers_no_longer_opens_the_handoff_to_anyone(
+    redis: Redis, handoffs: Handoffs
+) -> None:
+    with pytest.raises(TypeError, match="did you mean 'reviewers'"):
+        handoffs.request_approval(**RUN, action="issue_refund", reviewer=["U1"])  # type: ignore[call-arg]
+
+    assert handoffs.list_pending().items == []
+    assert redis.dbsize() == 0
+
+
+# -- configured from settings -----------------------------------------------------------
+
+
+def test_from_settings_configures_the_store_as_the_settings_say(
+    redis: Redis, redis_url: str
+) -> None:
+    settings = StoreSettings(redis_url=redis_url, namespace="tenant-4", max_payload_bytes=300)
+
+    handoffs = Handoffs.from_settings(settings)
+    handoff = handoffs.ask(**RUN, question="short")
+    overridden = Handoffs.from_settings(settings, namespace="tenant-5")
+    on_given_client = Handoffs.from_settings(
+        settings.model_copy(update={"redis_url": None}), redis=redis
+    )
+
+    assert redis.exists(f"{{tenant-4}}:h:{handoff.id}")
+    assert handoffs.store.config == settings.store_config()
+    with writes_nothing(redis), pytest.raises(PayloadTooLarge, match="300-byte limit"):
+        handoffs.ask(**RUN, question="long", context="x" * 400)
+    assert overridden.store.keys.prefix == "{tenant-5}:"
+    assert on_given_client.redis is redis
+    assert on_given_client.store.config == settings.store_config()
+
+
+def test_from_env_reads_the_environment(
+    redis: Redis, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    monkeypatch.setenv("HANDOFF_NAMESPACE", "tenant-6")
+
+    handoff = Handoffs.from_env().ask(**RUN, question="?")
+
+    assert redis.exists(f"{{tenant-6}}:h:{handoff.id}")
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        (None, "REDIS_URL is not set; point it at your Redis (e.g. redis://"),
+        ("notaurl", "bad setting REDIS_URL: not a Redis URL; use redis://"),
+    ],
+)
+def test_from_env_with_a_bad_or_missing_redis_url_says_what_to_set(
+    monkeypatch: pytest.MonkeyPatch, url: str | None, message: str
+) -> None:
+    if url is None:
+        monkeypatch.delenv("REDIS_URL", raising=False)
+        monkeypatch.delenv("HANDOFF_REDIS_URL", raising=False)
+    else:
+        monkeypatch.setenv("REDIS_URL", url)
+
+    with pytest.raises(ConfigurationError) as caught:
+        Handoffs.from_env()
+
+    assert isinstance(caught.value, HandoffError)
+    assert str(caught.value).startswith(message)
+    assert "\n" not in str(caught.value)
+
+
+def test_agent_code_configured_from_the_environment_imports_nothing_of_the_slack_app(
+    redis_url: str,
+) -> None:
+    code = (
+        "import sys\n"
+        "import worker\n"
+        "from worker import AsyncHandoffs, Handoffs, HandoffError\n"
+        "assert Handoffs.from_env().redis.ping()\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('bot', 'handlers')))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "REDIS_URL": redis_url, "PYTHONPATH": str(ROOT)},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
 from typing import Any
 
 from bot.config import Settings
 from bot.serve import build_wsgi_app
+from tests.conftest import ROOT, wait_until
+from tests.support.slack_env import free_port
 
 SECRET = "server-test-signing-secret"
 
@@ -69,3 +77,52 @@ def test_an_unsigned_post_is_refused_before_bolt(redis_url: str) -> None:
 
     assert status == "401 Unauthorized"
     assert body == {"error": "invalid request"}
+
+
+def test_handoff_serve_starts_without_a_warning(redis_url: str, tmp_path: Path) -> None:
+    port = free_port()
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "REDIS_URL": redis_url,
+        "SLACK_BOT_TOKEN": "xoxb-serve-test",
+        "SLACK_SIGNING_SECRET": SECRET,
+        "SLACK_API_URL": "http://127.0.0.1:9/api/",
+    }
+    env.pop("SLACK_APP_TOKEN", None)
+    command = ["serve", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+    stderr_path = tmp_path / "serve.log"
+    with stderr_path.open("wb") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "bot.cli", *command],
+            env=env,
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            start_new_session=True,
+        )
+    try:
+        # /healthz answers once a worker has built its app (create_app ran twice by then:
+        # the fail-fast check, and the worker's own).
+        wait_until(lambda: _healthz(port) == 200, timeout=60)
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
+    log = stderr_path.read_text()
+
+    assert "Booting worker" in log
+    assert "will be unused" not in log
+    assert " WARNING " not in log
+    assert "Traceback" not in log
+
+
+def _healthz(port: int) -> int | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as answer:
+            return int(answer.status)
+    except OSError:
+        return None

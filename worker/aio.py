@@ -8,12 +8,13 @@ asyncio Redis connection and never blocks the event loop.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Unpack
 
 import redis.asyncio as aioredis
 
-from store.models import AuditEvent, Handoff, Page
-from worker.client import Handoffs
+from store.models import AuditEvent, Handoff, Page, RequestType, Status
+from worker.client import Handoffs, RequestOptions, check_request_options
 
 _WAIT_RECHECK_SECONDS = 5.0
 
@@ -37,45 +38,171 @@ class AsyncHandoffs:
         """Connect to Redis at ``url``; ``options`` are those of ``Handoffs``."""
         return cls(Handoffs.from_url(url, **options), aioredis.Redis.from_url(url))
 
-    async def request_approval(self, **kwargs: Any) -> Handoff:
+    async def request_approval(
+        self,
+        *,
+        run_id: str,
+        thread_id: str,
+        action: str,
+        args: dict[str, Any] | None = None,
+        args_schema: dict[str, Any] | None = None,
+        description: str | None = None,
+        **options: Unpack[RequestOptions],
+    ) -> Handoff:
         """See ``Handoffs.request_approval``."""
-        return await asyncio.to_thread(self.sync.request_approval, **kwargs)
+        # Checked here too, so the TypeError names this method and is raised in the
+        # caller's task before a thread is taken.
+        check_request_options(AsyncHandoffs.request_approval, options)
+        return await asyncio.to_thread(
+            self.sync.request_approval,
+            run_id=run_id,
+            thread_id=thread_id,
+            action=action,
+            args=args,
+            args_schema=args_schema,
+            description=description,
+            **options,
+        )
 
-    async def ask(self, **kwargs: Any) -> Handoff:
+    async def ask(
+        self,
+        *,
+        run_id: str,
+        thread_id: str,
+        question: str,
+        choices: Sequence[str] | None = None,
+        **options: Unpack[RequestOptions],
+    ) -> Handoff:
         """See ``Handoffs.ask``."""
-        return await asyncio.to_thread(self.sync.ask, **kwargs)
+        check_request_options(AsyncHandoffs.ask, options)
+        return await asyncio.to_thread(
+            self.sync.ask,
+            run_id=run_id,
+            thread_id=thread_id,
+            question=question,
+            choices=choices,
+            **options,
+        )
 
-    async def request_correction(self, **kwargs: Any) -> Handoff:
+    async def request_correction(
+        self,
+        *,
+        run_id: str,
+        thread_id: str,
+        draft: str,
+        instructions: str | None = None,
+        **options: Unpack[RequestOptions],
+    ) -> Handoff:
         """See ``Handoffs.request_correction``."""
-        return await asyncio.to_thread(self.sync.request_correction, **kwargs)
+        check_request_options(AsyncHandoffs.request_correction, options)
+        return await asyncio.to_thread(
+            self.sync.request_correction,
+            run_id=run_id,
+            thread_id=thread_id,
+            draft=draft,
+            instructions=instructions,
+            **options,
+        )
 
-    async def escalate(self, **kwargs: Any) -> Handoff:
+    async def escalate(
+        self,
+        *,
+        run_id: str,
+        thread_id: str,
+        summary: str,
+        **options: Unpack[RequestOptions],
+    ) -> Handoff:
         """See ``Handoffs.escalate``."""
-        return await asyncio.to_thread(self.sync.escalate, **kwargs)
+        check_request_options(AsyncHandoffs.escalate, options)
+        return await asyncio.to_thread(
+            self.sync.escalate, run_id=run_id, thread_id=thread_id, summary=summary, **options
+        )
+
+    async def request(
+        self,
+        request_type: RequestType | str,
+        payload: dict[str, Any],
+        *,
+        run_id: str,
+        thread_id: str,
+        **options: Unpack[RequestOptions],
+    ) -> Handoff:
+        """See ``Handoffs.request``."""
+        check_request_options(AsyncHandoffs.request, options)
+        return await asyncio.to_thread(
+            self.sync.request,
+            request_type,
+            payload,
+            run_id=run_id,
+            thread_id=thread_id,
+            **options,
+        )
 
     async def get(self, handoff_id: str) -> Handoff:
         """See ``Handoffs.get``."""
         return await asyncio.to_thread(self.sync.get, handoff_id)
 
-    async def decide(self, handoff_id: str, outcome: str, **kwargs: Any) -> Handoff:
+    async def decide(
+        self,
+        handoff_id: str,
+        outcome: Status | str,
+        *,
+        by: str,
+        comment: str | None = None,
+        answer: str | None = None,
+        edited_args: dict[str, Any] | None = None,
+        corrected_draft: str | None = None,
+        via: str = "api",
+    ) -> Handoff:
         """See ``Handoffs.decide``."""
-        return await asyncio.to_thread(self.sync.decide, handoff_id, outcome, **kwargs)
+        return await asyncio.to_thread(
+            self.sync.decide,
+            handoff_id,
+            outcome,
+            by=by,
+            comment=comment,
+            answer=answer,
+            edited_args=edited_args,
+            corrected_draft=corrected_draft,
+            via=via,
+        )
 
-    async def cancel(self, handoff_id: str, **kwargs: Any) -> Handoff:
+    async def cancel(
+        self, handoff_id: str, *, reason: str | None = None, by: str = "agent", resume: bool = True
+    ) -> Handoff:
         """See ``Handoffs.cancel``."""
-        return await asyncio.to_thread(self.sync.cancel, handoff_id, **kwargs)
+        return await asyncio.to_thread(
+            self.sync.cancel, handoff_id, reason=reason, by=by, resume=resume
+        )
 
-    async def claim(self, handoff_id: str, **kwargs: Any) -> Handoff:
+    async def claim(self, handoff_id: str, *, by: str, take_over: bool = False) -> Handoff:
         """See ``Handoffs.claim``."""
-        return await asyncio.to_thread(self.sync.claim, handoff_id, **kwargs)
+        return await asyncio.to_thread(self.sync.claim, handoff_id, by=by, take_over=take_over)
 
-    async def retry_resume(self, handoff_id: str, **kwargs: Any) -> Handoff:
+    async def retry_resume(self, handoff_id: str, *, by: str = "api") -> Handoff:
         """See ``Handoffs.retry_resume``."""
-        return await asyncio.to_thread(self.sync.retry_resume, handoff_id, **kwargs)
+        return await asyncio.to_thread(self.sync.retry_resume, handoff_id, by=by)
 
-    async def list_pending(self, **kwargs: Any) -> Page:
+    async def list_pending(
+        self,
+        *,
+        channel: str | None = None,
+        run_id: str | None = None,
+        reviewer: str | None = None,
+        request_type: RequestType | str | None = None,
+        cursor: str | None = None,
+        limit: int = 20,
+    ) -> Page:
         """See ``Handoffs.list_pending``."""
-        return await asyncio.to_thread(self.sync.list_pending, **kwargs)
+        return await asyncio.to_thread(
+            self.sync.list_pending,
+            channel=channel,
+            run_id=run_id,
+            reviewer=reviewer,
+            request_type=request_type,
+            cursor=cursor,
+            limit=limit,
+        )
 
     async def audit(self, handoff_id: str) -> list[AuditEvent]:
         """See ``Handoffs.audit``."""

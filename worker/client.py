@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import difflib
+import functools
+import inspect
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, TypedDict, Unpack
 
@@ -13,6 +16,7 @@ from redis import Redis
 from store import defaults
 from store.exceptions import InvalidHandoffRequest
 from store.ids import new_handoff_id
+from store.keys import KeySpace
 from store.models import (
     AuditEvent,
     Handoff,
@@ -23,6 +27,7 @@ from store.models import (
     TaskKind,
 )
 from store.repository import HandoffStore, StoreConfig, TaskPolicy
+from store.settings import StoreSettings
 from worker.resume_targets import resolve_target
 
 # While waiting, re-read the handoff this often in case a pub/sub message was missed
@@ -59,6 +64,41 @@ class RequestOptions(TypedDict, total=False):
     """Post the handoff to ``escalate_to`` too if still pending after this long."""
     escalate_to: str | None
     """Escalation channel id, or user group id whose members may then decide."""
+
+
+REQUEST_OPTIONS: frozenset[str] = (
+    RequestOptions.__required_keys__ | RequestOptions.__optional_keys__
+)
+"""The names of ``RequestOptions``."""
+
+
+def check_request_options(method: Callable[..., Any], options: Mapping[str, object]) -> None:
+    """Raise ``TypeError`` if ``options`` (the ``**options`` of ``method``) holds a name
+    that is no ``RequestOptions``: Python would take it silently, and a misspelt
+    ``reviewers`` would let anyone decide. The message names the option, the closest
+    accepted one, and every accepted name."""
+    unknown = [name for name in options if name not in REQUEST_OPTIONS]
+    if not unknown:
+        return
+    accepted = [*_named_parameters(method), *sorted(REQUEST_OPTIONS)]
+    close = difflib.get_close_matches(unknown[0], accepted, n=1)
+    names = ", ".join(repr(name) for name in unknown)
+    raise TypeError(
+        f"{method.__qualname__}() got unexpected keyword argument{'s' * (len(unknown) > 1)} "
+        f"{names}{f' (did you mean {close[0]!r}?)' if close else ''}; "
+        f"it accepts {', '.join(accepted)}"
+    )
+
+
+@functools.cache
+def _named_parameters(method: Callable[..., Any]) -> tuple[str, ...]:
+    # The method's own parameters, before the RequestOptions, for the TypeError's list.
+    return tuple(
+        name
+        for name, parameter in inspect.signature(method).parameters.items()
+        if name != "self"
+        and parameter.kind not in (parameter.VAR_KEYWORD, parameter.VAR_POSITIONAL)
+    )
 
 
 class Handoffs:
@@ -108,20 +148,25 @@ class Handoffs:
     @classmethod
     def from_env(cls, **options: Any) -> Handoffs:
         """Connect and configure from the environment (REDIS_URL, HANDOFF_*), like the
-        worker does; ``options`` override what the environment says."""
-        from bot.config import Settings  # the one place settings are read
+        worker does; ``options`` override what the environment says. Raises
+        ``ConfigurationError`` naming the variable when one is unset or malformed."""
+        return cls.from_settings(StoreSettings.from_env(), **options)
 
-        settings = Settings()
-        if not settings.redis_url:
-            raise ValueError("REDIS_URL is not set; set it or use Handoffs.from_url(...)")
+    @classmethod
+    def from_settings(
+        cls, settings: StoreSettings, *, redis: Redis | None = None, **options: Any
+    ) -> Handoffs:
+        """Configure the store as ``settings`` say, on ``redis`` (default: a new client for
+        ``settings.redis_url``); ``options`` (those of the constructor) override them."""
         config = settings.store_config()
-        defaults_from_env: dict[str, Any] = {
+        from_settings: dict[str, Any] = {
             "namespace": config.namespace,
             "max_payload_bytes": config.max_payload_bytes,
             "retention": timedelta(seconds=config.retention_seconds),
             "tasks": config.tasks,
         }
-        return cls(Redis.from_url(settings.redis_url), **{**defaults_from_env, **options})
+        client = redis if redis is not None else settings.open_redis()
+        return cls(client, **{**from_settings, **options})
 
     # -- creating -----------------------------------------------------------------------
 
@@ -140,6 +185,7 @@ class Handoffs:
 
         The decision is ``approved`` (possibly with ``edited_args``) or ``rejected``.
         """
+        check_request_options(Handoffs.request_approval, options)
         payload = {
             "kind": "approval",
             "action": {
@@ -163,6 +209,7 @@ class Handoffs:
         **options: Unpack[RequestOptions],
     ) -> Handoff:
         """Ask a person a question; the decision is ``answered`` with the answer text."""
+        check_request_options(Handoffs.ask, options)
         payload = {
             "kind": "question",
             "question": question,
@@ -182,6 +229,7 @@ class Handoffs:
         **options: Unpack[RequestOptions],
     ) -> Handoff:
         """Have a person fix ``draft``; the decision carries ``corrected_draft``."""
+        check_request_options(Handoffs.request_correction, options)
         payload = {"kind": "correction", "draft": draft, "instructions": instructions}
         return self.request(
             RequestType.CORRECTION, payload, run_id=run_id, thread_id=thread_id, **options
@@ -196,6 +244,7 @@ class Handoffs:
         **options: Unpack[RequestOptions],
     ) -> Handoff:
         """Hand the task to a person, who claims it and resolves it with notes."""
+        check_request_options(Handoffs.escalate, options)
         payload = {"kind": "escalation", "summary": summary}
         return self.request(
             RequestType.ESCALATION, payload, run_id=run_id, thread_id=thread_id, **options
@@ -213,8 +262,11 @@ class Handoffs:
         """Create a handoff of any type from a payload dict (what the typed methods call).
 
         Raises ``InvalidHandoffRequest`` (unknown type, missing or bad fields),
-        ``PayloadTooLarge`` or ``InvalidResumeTarget``; nothing is written then.
+        ``PayloadTooLarge`` or ``InvalidResumeTarget``, and ``TypeError`` for an option
+        that is not one of ``RequestOptions`` (as do the typed methods); nothing is
+        written then.
         """
+        check_request_options(Handoffs.request, options)
         try:
             kind = RequestType(request_type)
         except ValueError:
@@ -300,17 +352,13 @@ class Handoffs:
         limit: int = 20,
     ) -> Page:
         """Pending handoffs, oldest first, filtered by at most one of the keyword filters."""
-        keys = self.store.keys
-        indexes = [
-            keys.pending_by_channel(channel) if channel else None,
-            keys.pending_by_run(run_id) if run_id else None,
-            keys.pending_by_reviewer(reviewer) if reviewer else None,
-            keys.pending_by_type(RequestType(request_type).value) if request_type else None,
-        ]
-        chosen = [index for index in indexes if index]
-        if len(chosen) > 1:
-            raise ValueError("filter by one of channel, run_id, reviewer, request_type at a time")
-        index = chosen[0] if chosen else None
+        index = pending_index(
+            self.store.keys,
+            channel=channel,
+            run_id=run_id,
+            reviewer=reviewer,
+            request_type=request_type,
+        )
         return self.store.list_pending(index, cursor=cursor, limit=limit)
 
     def audit(self, handoff_id: str) -> list[AuditEvent]:
@@ -358,6 +406,37 @@ class Handoffs:
     def retry_resume(self, handoff_id: str, *, by: str = "api") -> Handoff:
         """Give a resume that failed after all its attempts another round of attempts."""
         return self.store.retry_task(handoff_id, TaskKind.RESUME, requested_by=by)
+
+
+def pending_index(
+    keys: KeySpace,
+    *,
+    channel: str | None = None,
+    run_id: str | None = None,
+    reviewer: str | None = None,
+    request_type: RequestType | str | None = None,
+) -> str | None:
+    """The key of the pending index for at most one filter (None: every pending handoff);
+    ``Handoffs.list_pending`` and ``handoff list`` filter alike. Raises ``ValueError`` for
+    two filters at once or an unknown request type."""
+    if request_type:
+        try:
+            request_type = RequestType(request_type)
+        except ValueError:
+            raise ValueError(
+                f"unknown request type {request_type!r}; use one of "
+                f"{', '.join(t.value for t in RequestType)}"
+            ) from None
+    indexes = [
+        keys.pending_by_channel(channel) if channel else None,
+        keys.pending_by_run(run_id) if run_id else None,
+        keys.pending_by_reviewer(reviewer) if reviewer else None,
+        keys.pending_by_type(request_type.value) if isinstance(request_type, RequestType) else None,
+    ]
+    chosen = [index for index in indexes if index]
+    if len(chosen) > 1:
+        raise ValueError("filter by one of channel, run_id, reviewer, request_type at a time")
+    return chosen[0] if chosen else None
 
 
 def _seconds(value: timedelta | float | None) -> float | None:

@@ -1,0 +1,208 @@
+"""The settings of the store, the workers and agent code, read from the environment (and a
+``.env`` file), and the one place a store is built from them.
+
+``bot.config.Settings`` adds the Slack settings to these; agent code reads only these, so
+it never imports the Slack app.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any, Self
+
+from pydantic import AliasChoices, Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+from redis import Redis
+from redis.connection import parse_url
+
+from store import defaults
+from store.exceptions import ConfigurationError
+from store.repository import HandoffStore, StoreConfig, TaskPolicy
+
+REDIS_URL_FORMS = (
+    "redis://[:password@]host[:port][/db], rediss://... (TLS) or unix:///path/to/redis.sock"
+)
+"""The URLs redis-py accepts, as the error for a bad ``REDIS_URL`` names them."""
+
+
+class StoreSettings(BaseSettings):
+    """What the store, the workers and agent code need. Environment names are
+    ``HANDOFF_<NAME>`` unless noted."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="HANDOFF_",
+        env_file=".env",
+        extra="ignore",
+        populate_by_name=True,
+        # An error must not echo the value: a Redis URL may carry a password, and the
+        # Slack settings of the subclass are secrets.
+        hide_input_in_errors=True,
+    )
+
+    redis_url: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("REDIS_URL", "HANDOFF_REDIS_URL"),
+        description="Redis URL (env REDIS_URL). Unset: `handoff dev` starts an embedded server.",
+    )
+    namespace: str = Field(
+        default=defaults.NAMESPACE, description="Key namespace (one Redis Cluster hash tag)."
+    )
+    queue: str = Field(default=defaults.QUEUE_NAME, description="Name of the RQ queue.")
+    max_payload_bytes: int = Field(
+        default=defaults.MAX_PAYLOAD_BYTES, gt=0, description="Largest context + payload."
+    )
+    retention_days: float = Field(
+        default=defaults.RETENTION_SECONDS / 86400,
+        gt=0,
+        description="Days a decided handoff and its audit trail are kept.",
+    )
+    resume_max_attempts: int = Field(
+        default=defaults.RESUME_MAX_ATTEMPTS, ge=1, description="Attempts per resume round."
+    )
+    resume_timeout_seconds: float = Field(
+        default=defaults.RESUME_TIMEOUT_SECONDS, gt=0, description="Longest one resume attempt."
+    )
+    delivery_max_attempts: int = Field(
+        default=defaults.DELIVERY_MAX_ATTEMPTS, ge=1, description="Attempts per delivery round."
+    )
+    delivery_timeout_seconds: float = Field(
+        default=defaults.DELIVERY_TIMEOUT_SECONDS, gt=0, description="Longest one delivery."
+    )
+    retry_backoff_seconds: float = Field(
+        default=defaults.RETRY_BACKOFF_SECONDS, gt=0, description="First retry delay (doubles)."
+    )
+    retry_backoff_max_seconds: float = Field(
+        default=defaults.RETRY_BACKOFF_MAX_SECONDS, gt=0, description="Longest retry delay."
+    )
+    lease_grace_seconds: float = Field(
+        default=defaults.LEASE_GRACE_SECONDS,
+        ge=0,
+        description="Time past a job's timeout before another attempt may start.",
+    )
+    remind_after_seconds: float = Field(
+        default=0, ge=0, description="Remind reviewers after this long, repeatedly; 0: never."
+    )
+    max_reminders: int = Field(
+        default=defaults.MAX_REMINDERS, ge=0, description="Most reminders per handoff."
+    )
+    escalate_after_seconds: float = Field(
+        default=0, ge=0, description="Escalate a pending handoff after this long; 0: never."
+    )
+    escalate_to: str | None = Field(
+        default=None, description="Escalation channel id (copy posted) or user group id."
+    )
+    redis_wait_seconds: float = Field(
+        default=60,
+        gt=0,
+        description="How long workers and dispatchers wait for an unreachable Redis "
+        "(a restart, a failover) before the attempt at hand fails.",
+    )
+    sweep_interval_seconds: float = Field(
+        default=defaults.SWEEP_INTERVAL_SECONDS,
+        gt=0,
+        description="Dispatcher's idle check interval (expiry, retries).",
+    )
+    dispatch_timeout_seconds: float = Field(
+        default=defaults.DISPATCH_TIMEOUT_SECONDS,
+        gt=0,
+        description="Re-dispatch a queued job not started after this long.",
+    )
+
+    @field_validator("redis_url", mode="before")
+    @classmethod
+    def _blank_redis_url_is_unset(cls, value: object) -> object:
+        # `REDIS_URL=` in a .env file or a compose file means "not set", not "a bad URL".
+        if isinstance(value, str) and not value.strip():
+            return None
+        return value
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url_is_a_redis_url(cls, value: str | None) -> str | None:
+        # Checked here, with redis-py's own parser, so a typo is reported when the settings
+        # are read, as a setting, not as a traceback from the first connection.
+        if value is None:
+            return None
+        try:
+            parse_url(value)
+        except ValueError:
+            raise ValueError(f"not a Redis URL; use {REDIS_URL_FORMS}") from None
+        return value
+
+    @classmethod
+    def from_env(cls) -> Self:
+        """The settings of the environment (and ``.env``); raises ``ConfigurationError``
+        with a one-line message naming each bad variable."""
+        try:
+            return cls()
+        except ValidationError as exc:
+            raise ConfigurationError(describe_settings_error(exc, cls)) from exc
+
+    @classmethod
+    def env_name(cls, field_name: str) -> str:
+        """The environment variable of a field (``redis_url`` -> ``REDIS_URL``)."""
+        field = cls.model_fields.get(field_name)
+        if field is None:
+            return field_name
+        choices = getattr(field.validation_alias, "choices", None)
+        if choices:
+            return str(choices[0])
+        return f"{cls.model_config.get('env_prefix', '')}{field_name}".upper()
+
+    def require_redis_url(self) -> str:
+        """``REDIS_URL``; raises ``ConfigurationError`` saying how to set it when unset."""
+        if not self.redis_url:
+            raise ConfigurationError(
+                "REDIS_URL is not set; point it at your Redis (e.g. redis://127.0.0.1:6379/0) "
+                "or run `handoff dev`, which starts an embedded one"
+            )
+        return self.redis_url
+
+    def open_redis(self, **options: Any) -> Redis:
+        """A client for ``REDIS_URL``; ``options`` are those of ``Redis.from_url``
+        (timeouts, retries). Connects on first use."""
+        return Redis.from_url(self.require_redis_url(), **options)
+
+    def open_store(self, *, redis: Redis | None = None) -> HandoffStore:
+        """The store these settings describe, on ``redis`` (default: a new client for
+        ``REDIS_URL``)."""
+        return HandoffStore(redis if redis is not None else self.open_redis(), self.store_config())
+
+    def task_policy(self) -> TaskPolicy:
+        """Attempts, timeouts and backoff for new handoffs."""
+        return TaskPolicy(
+            resume_max_attempts=self.resume_max_attempts,
+            resume_timeout_seconds=self.resume_timeout_seconds,
+            delivery_max_attempts=self.delivery_max_attempts,
+            delivery_timeout_seconds=self.delivery_timeout_seconds,
+            backoff_seconds=self.retry_backoff_seconds,
+            backoff_max_seconds=self.retry_backoff_max_seconds,
+            lease_grace_seconds=self.lease_grace_seconds,
+            remind_after_seconds=self.remind_after_seconds,
+            max_reminders=self.max_reminders,
+            escalate_after_seconds=self.escalate_after_seconds,
+            escalate_to=self.escalate_to,
+        )
+
+    def store_config(self) -> StoreConfig:
+        """The store's limits and lifetimes."""
+        return StoreConfig(
+            namespace=self.namespace,
+            max_payload_bytes=self.max_payload_bytes,
+            retention_seconds=timedelta(days=self.retention_days).total_seconds(),
+            tasks=self.task_policy(),
+        )
+
+
+def describe_settings_error(exc: ValidationError, settings_type: type[StoreSettings]) -> str:
+    """One line naming each bad environment variable and what is wrong with it, e.g.
+    ``bad setting REDIS_URL: not a Redis URL; use redis://...``."""
+    problems = []
+    for error in exc.errors():
+        name = settings_type.env_name(str(error["loc"][0])) if error["loc"] else "settings"
+        message = str(error["msg"]).removeprefix("Value error, ")
+        problems.append(f"{name}: {message}")
+    label, it = ("bad setting", "it") if len(problems) == 1 else ("bad settings", "them")
+    # One line whatever the messages hold, so the CLI prints exactly one.
+    text = f"{label} {'; '.join(problems)} (fix {it} in the environment or in .env)"
+    return " ".join(text.split())
