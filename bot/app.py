@@ -12,12 +12,10 @@ from redis import Redis
 from slack_bolt import App
 from slack_sdk import WebClient
 
-from bot.access.admins import AdminPolicy
 from bot.access.authorize import BotIdentity
 from bot.access.reviewers import ReviewerPolicy
 from bot.config import Settings
-from bot.delivery.client import make_web_client, tokenless
-from bot.keys import BotKeys
+from bot.slack_client import make_web_client, tokenless
 from handlers import HandlerDeps, register
 from handlers.modal_metadata import metadata_key
 from store.exceptions import ConfigurationError  # raised here; also imported from here
@@ -61,13 +59,11 @@ def create_app(settings: Settings, *, redis: Redis, client: WebClient | None = N
         )
     store = settings.open_store(redis=redis)
     reviewers = ReviewerPolicy.from_settings(settings, client, redis, store.keys)
-    admins = AdminPolicy(client, redis, BotKeys(store.keys), admins=settings.admin_ids)
     register(
         app,
         HandlerDeps(
             store=store,
             reviewers=reviewers,
-            admins=admins,
             slash_command=settings.slash_command,
             modal_key=metadata_key(settings.slack_signing_secret or settings.slack_app_token or ""),
         ),

@@ -115,9 +115,9 @@ def build_notifier(settings: Settings) -> Notifier:
         return LoggingNotifier()
     # Imported here: a worker without a token needs none of the Slack side.
     from bot.access.reviewers import ReviewerPolicy
-    from bot.delivery.client import make_web_client
     from bot.delivery.home_publisher import refresh_homes
     from bot.delivery.slack_notifier import SlackNotifier
+    from bot.slack_client import make_web_client
 
     client = make_web_client(settings)
     store = settings.open_store()

@@ -9,8 +9,12 @@ key                                    type    contents
 =====================================  ======  ===============================================
 ``{ns}:bot:admin:<user>``              string  "1"/"0": is the user a workspace admin or owner
                                                (``users.info``); expires
-``{ns}:bot:usergroups``                string  JSON {group id: [member ids]} from
-                                               ``usergroups.list``; expires
+``{ns}:bot:usergroups``                hash    the workspace's user groups, one snapshot
+                                               of ``usergroups.list`` (``include_users``):
+                                               ``group:<id>`` -> JSON [member ids],
+                                               ``user:<id>`` -> JSON [group ids],
+                                               ``fetched_at`` -> ms; expires as a whole
+                                               (``bot.access.usergroups``)
 ``{ns}:bot:unassigned``                zset    pending ids with no reviewers (score 0), kept
                                                up to date by ``bot.queries.unassigned``
 ``{ns}:bot:unassigned:walk``           string  last pending id walked while building it, or
@@ -21,6 +25,8 @@ key                                    type    contents
 ``{ns}:bot:home:end:<user>``           string  last id of that Home's queue, when it is full
 ``{ns}:bot:home:decided:<user>``       zset    handoff id -> when the user decided it (ms)
 ``{ns}:bot:home:read:<user>``          string  newest audit stream id read for that zset
+``{ns}:bot:ephemeral:shown:<user>``    set     handoff ids shown with their buttons in the
+                                               user's ephemeral replies; expires after a day
 ``{ns}:bot:request:<signature>``       string  a signed HTTP request already accepted (replay
                                                guard, ``bot.http.replay``); expires with the
                                                signature's freshness window
@@ -51,7 +57,8 @@ class BotKeys:
 
     @property
     def usergroups(self) -> str:
-        """Cached members of every user group of the workspace."""
+        """The cached snapshot of the workspace's user groups: each group's members and each
+        member's groups (``bot.access.usergroups``)."""
         return f"{self.prefix}usergroups"
 
     @property

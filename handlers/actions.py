@@ -16,8 +16,8 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
 from bot.blockkit import ids, modals
-from bot.delivery.posting import AMBIGUOUS_ERRORS
 from bot.http.prefetch import prefetched_in
+from bot.slack_client import AMBIGUOUS_ERRORS
 from handlers.decisions import STORE_DOWN, UNAVAILABLE, Refusal, decide_as, load_for, may_view
 from handlers.deps import deps_of
 from handlers.modal_metadata import ModalOrigin, seal

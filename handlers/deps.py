@@ -9,7 +9,6 @@ from typing import Any
 from slack_bolt import BoltRequest, BoltResponse
 from slack_bolt.middleware import Middleware
 
-from bot.access.admins import AdminPolicy
 from bot.access.reviewers import ReviewerPolicy
 from store.repository import HandoffStore
 
@@ -20,15 +19,15 @@ DEPS_KEY = "handoff_deps"
 class HandlerDeps:
     """The store and the policies of the app.
 
-    ``admins`` decides who may run admin commands; without one, only the reviewer policy's
-    admins (``HANDOFF_ADMINS``) may. ``slash_command`` is the command the app answers.
-    ``modal_key`` seals what modals remember (``handlers.modal_metadata``); without one,
-    modal metadata is not sealed.
+    Admins are the reviewer policy's (``reviewers.admins``, the app's one ``AdminPolicy``:
+    ``HANDOFF_ADMINS`` decide anything; they and workspace admins run admin commands), so
+    who may decide and who may run admin commands come from one place. ``slash_command`` is
+    the command the app answers. ``modal_key`` seals what modals remember
+    (``handlers.modal_metadata``); without one, modal metadata is not sealed.
     """
 
     store: HandoffStore
     reviewers: ReviewerPolicy
-    admins: AdminPolicy | None = None
     slash_command: str = "/handoff"
     modal_key: bytes | None = None
 
@@ -38,10 +37,8 @@ class HandlerDeps:
         return self
 
     def is_admin(self, user_id: str) -> bool:
-        """May ``user_id`` run admin commands?"""
-        if self.admins is not None:
-            return self.admins.is_admin(user_id)
-        return user_id in self.reviewers.admins
+        """May ``user_id`` run admin commands? (``AdminPolicy.is_admin``)"""
+        return self.reviewers.admins.is_admin(user_id)
 
 
 class InjectDeps(Middleware):

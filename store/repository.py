@@ -7,10 +7,10 @@ import json
 import logging
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic_core import to_json
 from redis import Redis
@@ -50,6 +50,27 @@ logger = logging.getLogger(__name__)
 READ_BATCH = 100
 """Most handoffs read by one script call: a script holds the server for its whole run
 (about 20 µs per handoff), so long lists are read in several calls."""
+
+AUDIT_READ_BATCH = 1000
+"""Audit stream entries read per round trip (``HandoffStore.audit_pages``)."""
+
+
+class AuditEntry(NamedTuple):
+    """One entry of the namespace's audit stream (``KeySpace.global_audit``).
+
+    ``id`` is the entry's stream id: unique and in arrival order, so a reader remembers how
+    far it read with it. ``raw`` is the event as the store's scripts wrote it (JSON bytes;
+    empty for an entry without one): a reader that skips most events searches it for a few
+    bytes before paying for ``event``, which parses it.
+    """
+
+    id: str
+    raw: bytes
+
+    @property
+    def event(self) -> AuditEvent:
+        """The event, parsed."""
+        return AuditEvent.from_json(self.raw)
 
 
 @dataclass(frozen=True)
@@ -334,10 +355,81 @@ class HandoffStore:
     def global_audit(
         self, *, since: datetime | None = None, count: int | None = None
     ) -> list[AuditEvent]:
-        """Audit events of every handoff in the namespace, oldest first."""
-        start = f"{int(since.timestamp() * 1000)}-0" if since else "-"
-        entries = self.redis.xrange(self.keys.global_audit, min=start, max="+", count=count) or []
-        return [AuditEvent.from_json(fields[b"e"]) for _, fields in entries if fields]
+        """Audit events of every handoff in the namespace, oldest first (at most ``count``)."""
+        return [entry.event for entry in self.audit_entries(since=since, limit=count) if entry.raw]
+
+    def audit_entries(
+        self,
+        *,
+        after: str | None = None,
+        since: datetime | None = None,
+        newest_first: bool = False,
+        limit: int | None = None,
+        batch: int = AUDIT_READ_BATCH,
+    ) -> Iterator[AuditEntry]:
+        """The entries of the namespace's audit stream, one by one; see ``audit_pages``."""
+        for page in self.audit_pages(
+            after=after, since=since, newest_first=newest_first, limit=limit, batch=batch
+        ):
+            yield from page
+
+    def audit_pages(
+        self,
+        *,
+        after: str | None = None,
+        since: datetime | None = None,
+        newest_first: bool = False,
+        limit: int | None = None,
+        batch: int = AUDIT_READ_BATCH,
+    ) -> Iterator[list[AuditEntry]]:
+        """The namespace's audit stream (every handoff's events), oldest first, in pages of
+        up to ``batch`` entries: one XRANGE per page (XREVRANGE with ``newest_first``), so a
+        long stream is never held in memory at once.
+
+        ``after`` (a stream id) keeps only the entries added after it, ``since`` (a time)
+        those from then on; ``limit`` caps the entries read in all, so
+        ``newest_first=True, limit=n`` is the newest ``n``. Reading stops at the first page
+        that comes back short, without another round trip.
+        """
+        if after is not None and since is not None:
+            raise ValueError("give after or since, not both")
+        if after is not None:
+            low = f"({after}"
+        elif since is not None:
+            low = f"{int(since.timestamp() * 1000)}-0"
+        else:
+            low = "-"
+        high = "+"
+        left = limit
+        while left is None or left > 0:
+            want = batch if left is None else min(batch, left)
+            if newest_first:
+                found = self.redis.xrevrange(self.keys.global_audit, max=high, min=low, count=want)
+            else:
+                found = self.redis.xrange(self.keys.global_audit, min=low, max=high, count=want)
+            page = _audit_page(found)
+            if page:
+                yield page
+            if len(page) < want:
+                return
+            if newest_first:
+                high = f"({page[-1].id}"
+            else:
+                low = f"({page[-1].id}"
+            if left is not None:
+                left -= len(page)
+
+    def audit_position(self) -> str:
+        """A stream id that every audit entry added from now on sorts after: the newest
+        entry's, or, with none yet, one just before the server's time now (a new entry's id
+        is at least that). Read with ``audit_entries(after=...)`` to miss nothing."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.time()
+        pipe.xrevrange(self.keys.global_audit, count=1)
+        (seconds, micros), latest = pipe.execute()
+        if latest:
+            return as_text(latest[0][0])
+        return f"{seconds * 1000 + micros // 1000 - 1}-0"
 
     def failed_tasks(self) -> list[tuple[TaskKind, str]]:
         """Deliveries and resumes that gave up, oldest first."""
@@ -811,7 +903,25 @@ def _ms_to_datetime(value: str) -> datetime | None:
     return datetime.fromtimestamp(int(value) / 1000, tz=UTC)
 
 
+def _audit_page(found: list[Any] | None) -> list[AuditEntry]:
+    """Stream entries as ``AuditEntry``s. This runs for every entry of every read of the
+    stream (``handoff stats`` reads all of it), so the common reply (from a client without
+    ``decode_responses``, every entry with its event) takes one comprehension; anything else
+    (str replies, an entry without an event) the careful loop."""
+    new = tuple.__new__
+    try:
+        return [new(AuditEntry, (i.decode(), f[b"e"])) for i, f in found or ()]
+    except (AttributeError, KeyError, TypeError):
+        pass
+    page: list[AuditEntry] = []
+    for entry_id, fields in found or ():
+        raw = (fields or {}).get(b"e", (fields or {}).get("e")) or b""
+        page.append(new(AuditEntry, (as_text(entry_id), as_text(raw).encode())))
+    return page
+
+
 __all__ = [
+    "AuditEntry",
     "Created",
     "DueTask",
     "HandoffStore",

@@ -45,7 +45,6 @@ def _copy_of_the_packages(tmp_path: Path) -> Path:
 def test_every_layer_contract_is_kept() -> None:
     result = _lint_imports(ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "broken" not in result.stdout.lower() or " 0 broken" in result.stdout.lower()
     assert "Contracts: 3 kept, 0 broken." in result.stdout
 
 
@@ -54,7 +53,7 @@ def test_every_layer_contract_is_kept() -> None:
     [
         ("store/models.py", "import worker.client", "Layers"),
         ("worker/jobs.py", "import bot.config", "Agent code never imports the Slack app"),
-        ("bot/blockkit/text.py", "import handlers.decisions", "Layers"),
+        ("bot/mrkdwn.py", "import handlers.decisions", "Layers"),
         ("handlers/deps.py", "import bot.app", "Layers"),
         ("bot/standin/records.py", "import store.models", "stand-in imports nothing"),
     ],

@@ -1142,6 +1142,64 @@ def test_global_audit_lists_every_handoff_and_filters_by_time(store: HandoffStor
     assert len(store.global_audit(count=2)) == 2
 
 
+class _CountingRedis:
+    """Counts the XRANGE / XREVRANGE calls made through it (everything else passes on)."""
+
+    def __init__(self, redis: Redis) -> None:
+        self._redis = redis
+        self.stream_reads = 0
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("xrange", "xrevrange"):
+            self.stream_reads += 1
+        return getattr(self._redis, name)
+
+
+def test_audit_pages_read_the_stream_in_pages_both_ways_with_ids(
+    store: HandoffStore, redis: Redis
+) -> None:
+    made = [create(store) for _ in range(7)]
+    everything = list(store.audit_entries())
+    assert [e.event.handoff_id for e in everything] == [h.id for h in made]
+    ids = [e.id for e in everything]
+    stream: list[Any] = redis.xrange(store.keys.global_audit) or []
+    assert ids == [entry_id.decode() for entry_id, _ in stream]  # stream ids, as text
+    assert [e.raw for e in everything] == [fields[b"e"] for _, fields in stream]  # as written
+
+    counting = _CountingRedis(redis)
+    store.redis = counting  # type: ignore[assignment]
+    pages = list(store.audit_pages(batch=3))
+    assert [len(p) for p in pages] == [3, 3, 1]
+    assert counting.stream_reads == 3  # the short page ends it: no empty read
+
+    counting.stream_reads = 0
+    newest = list(store.audit_entries(newest_first=True, limit=4, batch=1000))
+    assert [e.id for e in newest] == ids[::-1][:4]
+    assert counting.stream_reads == 1  # a limit below the batch is one round trip
+
+    counting.stream_reads = 0
+    assert [e.id for e in store.audit_entries(after=ids[4], batch=2)] == ids[5:]
+    assert [e.id for e in store.audit_entries(after=ids[4], newest_first=True)] == [
+        ids[6],
+        ids[5],
+    ]
+    assert [e.id for e in store.audit_entries(after=ids[2], limit=2, batch=2)] == ids[3:5]
+    assert list(store.audit_entries(after=ids[-1])) == []
+    with pytest.raises(ValueError, match="after or since"):
+        list(store.audit_entries(after=ids[0], since=datetime.now(UTC)))
+
+
+def test_audit_position_is_before_every_later_entry(store: HandoffStore) -> None:
+    empty = store.audit_position()
+    first = create(store)
+    assert [e.event.handoff_id for e in store.audit_entries(after=empty)] == [first.id]
+
+    position = store.audit_position()
+    assert position == next(store.audit_entries(newest_first=True, limit=1)).id
+    second = create(store)
+    assert [e.event.handoff_id for e in store.audit_entries(after=position)] == [second.id]
+
+
 def test_record_audit_on_unknown_handoff_raises_not_found(
     redis: Redis, store: HandoffStore
 ) -> None:

@@ -1,6 +1,7 @@
 """Who may decide a handoff: listed reviewers and user-group members, admins, never the
 requester when self-approval is blocked. User groups are resolved through a real
-``slack_sdk.WebClient`` talking to a small local HTTP server that stands in for Slack."""
+``slack_sdk.WebClient`` talking to a small local HTTP server that stands in for Slack, and
+cached as one snapshot of ``usergroups.list`` (``bot.access.usergroups``)."""
 
 from __future__ import annotations
 
@@ -17,18 +18,24 @@ from redis import Redis
 from slack_sdk import WebClient
 
 from bot.access.reviewers import ReviewerPolicy
+from bot.keys import BotKeys
 from store.keys import KeySpace
 from store.models import Handoff, RequestType, Status
 
+USERGROUPS_KEY = BotKeys(KeySpace()).usergroups
+"""Where the snapshot of the workspace's user groups is cached."""
+
 
 class FakeSlack:
-    """Answers ``usergroups.users.list`` from ``groups`` and records every call.
+    """Answers ``usergroups.list`` (with ``include_users``) from ``groups``, a group id ->
+    member ids, and records every call's method.
 
-    A group maps to its member ids, or to an error code answered as ``{"ok": false}``.
+    With ``error`` set, every call is answered ``{"ok": false, "error": error}``.
     """
 
     def __init__(self) -> None:
-        self.groups: dict[str, list[str] | str] = {}
+        self.groups: dict[str, list[str]] = {}
+        self.error: str | None = None
         self.calls: list[str] = []
         fake = self
 
@@ -44,16 +51,19 @@ class FakeSlack:
 
             def _answer(self, path: str, params: dict[str, list[str]]) -> None:
                 method = path.rsplit("/", 1)[-1]
-                if method != "usergroups.users.list":
+                if method != "usergroups.list":
                     self._send({"ok": False, "error": "unknown_method"})
                     return
-                group = params.get("usergroup", [""])[0]
-                fake.calls.append(group)
-                found = fake.groups.get(group, "no_such_subteam")
-                if isinstance(found, str):
-                    self._send({"ok": False, "error": found})
-                else:
-                    self._send({"ok": True, "users": found})
+                fake.calls.append(method)
+                if fake.error is not None:
+                    self._send({"ok": False, "error": fake.error})
+                    return
+                with_users = params.get("include_users", [""])[0] in ("1", "true")
+                groups = [
+                    {"id": group, **({"users": members} if with_users else {})}
+                    for group, members in fake.groups.items()
+                ]
+                self._send({"ok": True, "usergroups": groups})
 
             def _send(self, data: dict[str, Any]) -> None:
                 body = json.dumps(data).encode()
@@ -127,7 +137,7 @@ def test_a_member_of_a_listed_user_group_may_decide(
     slack.groups["S0FINANCE"] = ["U2", "U3"]
 
     assert policy().denial("U3", handoff(["U1", "S0FINANCE"])) is None
-    assert slack.calls == ["S0FINANCE"]
+    assert slack.calls == ["usergroups.list"]
 
 
 def test_anyone_else_is_told_who_the_reviewers_are(policy: PolicyFactory, slack: FakeSlack) -> None:
@@ -201,9 +211,9 @@ def test_group_members_are_cached_in_redis(
     assert policy().denial("U3", request) is None
     assert policy().denial("U9", request) is not None
 
-    assert slack.calls == ["S0FINANCE"]
-    cached = [key for key in redis.keys("*") if b"S0FINANCE" in key]
-    assert len(cached) == 1
+    assert slack.calls == ["usergroups.list"]
+    cached = [key for key in redis.keys("*") if b"usergroup" in key]
+    assert cached == [USERGROUPS_KEY.encode()]  # one snapshot of every group, in BotKeys
     assert 0 < redis.ttl(cached[0]) <= 300
 
 
@@ -215,33 +225,44 @@ def test_a_group_change_is_seen_once_the_cache_expires(
     assert reviewers.denial("U3", handoff(["S0FINANCE"])) is not None
 
     slack.groups["S0FINANCE"] = ["U2", "U3"]
-    for key in redis.keys("*S0FINANCE*"):
-        redis.delete(key)  # what expiry does after cache_seconds
+    redis.delete(USERGROUPS_KEY)  # what expiry does after cache_seconds
 
     assert reviewers.denial("U3", handoff(["S0FINANCE"])) is None
-    assert slack.calls == ["S0FINANCE", "S0FINANCE"]
+    assert slack.calls == ["usergroups.list", "usergroups.list"]
 
 
 def test_a_slack_error_denies_instead_of_crashing(policy: PolicyFactory, slack: FakeSlack) -> None:
-    slack.groups["S0GONE"] = "no_such_subteam"
+    slack.error = "missing_scope"
 
     denial = policy().denial("U2", handoff(["S0GONE"]))
 
     assert denial == "Only <!subteam^S0GONE> can decide this request."
-    assert slack.calls == ["S0GONE"]
+    assert slack.calls == ["usergroups.list"]
+
+
+def test_a_group_slack_does_not_list_has_no_members(
+    policy: PolicyFactory, slack: FakeSlack
+) -> None:
+    slack.groups["S0FINANCE"] = ["U2"]  # S0GONE was deleted (or disabled) in Slack
+
+    denial = policy().denial("U2", handoff(["S0GONE"]))
+
+    assert denial == "Only <!subteam^S0GONE> can decide this request."
+    assert slack.calls == ["usergroups.list"]
 
 
 def test_a_failed_group_lookup_is_retried_on_the_next_check(
     policy: PolicyFactory, slack: FakeSlack
 ) -> None:
-    slack.groups["S0FINANCE"] = "ratelimited"
+    slack.error = "ratelimited"
     reviewers = policy()
     assert reviewers.denial("U2", handoff(["S0FINANCE"])) is not None
 
+    slack.error = None
     slack.groups["S0FINANCE"] = ["U2"]
 
     assert reviewers.denial("U2", handoff(["S0FINANCE"])) is None
-    assert slack.calls == ["S0FINANCE", "S0FINANCE"]
+    assert slack.calls == ["usergroups.list", "usergroups.list"]
 
 
 def test_an_unreachable_slack_denies_instead_of_crashing(

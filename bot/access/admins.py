@@ -1,8 +1,17 @@
-"""Who may run the admin subcommands of the slash command.
+"""Who the handoff admins are: the one place that reads ``HANDOFF_ADMINS``.
 
-Admins are the user ids in ``HANDOFF_ADMINS`` plus the workspace's admins and owners as
-``users.info`` reports them. Slack's answer is cached in Redis, so a command costs no Web
-API call in the common case, and a demoted admin loses the right within the cache time.
+Two questions, one policy:
+
+* ``may_decide_anything``: the user ids in ``HANDOFF_ADMINS`` may decide any handoff (but
+  their own when self-approval is blocked) and see every pending one in their queue
+  (``ReviewerPolicy``, ``Listings``, the App Home). No Slack call.
+* ``is_admin``: those, plus the workspace's admins and owners as ``users.info`` reports
+  them, may run the admin subcommands of the slash command and see any handoff in full.
+  Slack's answer is cached in Redis, so a command costs no Web API call in the common case,
+  and a demoted admin loses the right within the cache time.
+
+``ReviewerPolicy`` holds the app's one ``AdminPolicy`` (``ReviewerPolicy.admins``), and the
+listeners reach it through it (``HandlerDeps.is_admin``).
 """
 
 from __future__ import annotations
@@ -12,8 +21,9 @@ from collections.abc import Iterable
 
 from redis import Redis
 from slack_sdk import WebClient
-from slack_sdk.errors import SlackApiError
+from slack_sdk.errors import SlackApiError, SlackClientError
 
+from bot.config import Settings
 from bot.keys import BotKeys
 
 logger = logging.getLogger(__name__)
@@ -23,7 +33,7 @@ ADMIN_CACHE_SECONDS = 300
 
 
 class AdminPolicy:
-    """Answers "may this Slack user run admin commands?".
+    """Answers "may this Slack user decide anything?" and "may they run admin commands?".
 
     Example::
 
@@ -45,11 +55,23 @@ class AdminPolicy:
         self.redis = redis
         self.keys = keys
         self.admins = frozenset(admins)
+        """``HANDOFF_ADMINS``."""
         self.cache_seconds = cache_seconds
+
+    @classmethod
+    def from_settings(
+        cls, settings: Settings, client: WebClient, redis: Redis, keys: BotKeys
+    ) -> AdminPolicy:
+        """The policy with ``HANDOFF_ADMINS``."""
+        return cls(client, redis, keys, admins=settings.admin_ids)
+
+    def may_decide_anything(self, user_id: str) -> bool:
+        """True for ``HANDOFF_ADMINS``: they may decide any handoff (self-approval aside)."""
+        return user_id in self.admins
 
     def is_admin(self, user_id: str) -> bool:
         """True for ``HANDOFF_ADMINS`` and for workspace admins and owners."""
-        if user_id in self.admins:
+        if self.may_decide_anything(user_id):
             return True
         key = self.keys.admin(user_id)
         cached = self.redis.get(key)
@@ -60,6 +82,10 @@ class AdminPolicy:
         except SlackApiError as exc:
             # Not cached: the next command asks again rather than locking an admin out.
             logger.warning("users.info failed for %s: %s", user_id, exc.response.get("error"))
+            return False
+        except (SlackClientError, OSError) as exc:
+            # Slack unreachable: not an admin for now (nothing cached), rather than fail.
+            logger.warning("users.info failed for %s: %s", user_id, exc)
             return False
         answer = bool(user.get("is_admin") or user.get("is_owner") or user.get("is_primary_owner"))
         if self.cache_seconds:

@@ -18,7 +18,7 @@ from slack_bolt.authorization.authorize import Authorize
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
-from bot.delivery.posting import AMBIGUOUS_ERRORS
+from bot.slack_client import AMBIGUOUS_ERRORS
 
 logger = logging.getLogger(__name__)
 

@@ -3,24 +3,28 @@ requester themselves when self-approval is blocked."""
 
 from __future__ import annotations
 
-import json
-import logging
 from collections.abc import Iterable
 
 from redis import Redis
 from slack_sdk import WebClient
-from slack_sdk.errors import SlackApiError, SlackClientError
 
+from bot.access.admins import AdminPolicy
+from bot.access.usergroups import USERGROUP_CACHE_SECONDS, UserGroups
 from bot.config import Settings
+from bot.keys import BotKeys
+from bot.mrkdwn import is_usergroup, reviewer_mention
 from store.keys import KeySpace
 from store.models import Handoff
 
-logger = logging.getLogger(__name__)
-
 
 class ReviewerPolicy:
-    """Answers "may this Slack user decide this handoff?", with user groups resolved
-    through ``usergroups.users.list`` and cached in Redis."""
+    """Answers "may this Slack user decide this handoff?".
+
+    User groups are resolved through ``usergroups`` (``bot.access.usergroups``, the cache the
+    listings use too), admins through ``admins`` (``bot.access.admins``, the app's one admin
+    policy). ``admins`` may be given as user ids (``HANDOFF_ADMINS``), and ``cache_seconds``
+    is then the user-group cache time; ``from_settings`` builds both from the settings.
+    """
 
     def __init__(
         self,
@@ -28,32 +32,44 @@ class ReviewerPolicy:
         redis: Redis,
         keys: KeySpace,
         *,
-        admins: Iterable[str] = (),
+        admins: AdminPolicy | Iterable[str] = (),
         default_reviewers: Iterable[str] = (),
         block_self_approval: bool = True,
-        cache_seconds: int = 300,
+        cache_seconds: int = USERGROUP_CACHE_SECONDS,
+        usergroups: UserGroups | None = None,
     ) -> None:
         self.client = client
         self.redis = redis
         self.keys = keys
-        self.admins = frozenset(admins)
+        bot_keys = BotKeys(keys)
+        self.admins = (
+            admins
+            if isinstance(admins, AdminPolicy)
+            else AdminPolicy(client, redis, bot_keys, admins=admins)
+        )
+        """Who the admins are (one policy for deciding, listing and admin commands)."""
+        self.usergroups = usergroups or UserGroups(
+            client, redis, bot_keys, cache_seconds=cache_seconds
+        )
+        """The members of user groups (one cache for deciding and listing)."""
         self.default_reviewers = list(default_reviewers)
         self.block_self_approval = block_self_approval
-        self.cache_seconds = cache_seconds
 
     @classmethod
     def from_settings(
         cls, settings: Settings, client: WebClient, redis: Redis, keys: KeySpace
     ) -> ReviewerPolicy:
-        """The policy the settings describe (admins, default reviewers, self-approval)."""
+        """The policy the settings describe (admins, default reviewers, self-approval, how
+        long user groups are cached)."""
+        bot_keys = BotKeys(keys)
         return cls(
             client,
             redis,
             keys,
-            admins=settings.admin_ids,
+            admins=AdminPolicy.from_settings(settings, client, redis, bot_keys),
             default_reviewers=settings.default_reviewer_ids,
             block_self_approval=settings.block_self_approval,
-            cache_seconds=settings.usergroup_cache_seconds,
+            usergroups=UserGroups.from_settings(settings, client, redis, bot_keys),
         )
 
     def denial(self, user_id: str, handoff: Handoff, *, channel: str | None = None) -> str | None:
@@ -64,47 +80,19 @@ class ReviewerPolicy:
         """
         if self.block_self_approval and handoff.requester and handoff.requester == user_id:
             return "You asked for this, so someone else has to decide it."
-        if user_id in self.admins:
+        if self.admins.may_decide_anything(user_id):
             return None
         if handoff.escalated_at and handoff.escalate_to:
             target = handoff.escalate_to
             if target == channel:
                 return None
-            if _is_usergroup(target) and user_id in self.group_members(target):
+            if is_usergroup(target) and user_id in self.usergroups.members(target):
                 return None
         reviewers = handoff.reviewers or self.default_reviewers
         if not reviewers or user_id in reviewers:
             return None
-        for group in (r for r in reviewers if _is_usergroup(r)):
-            if user_id in self.group_members(group):
+        for group in (r for r in reviewers if is_usergroup(r)):
+            if user_id in self.usergroups.members(group):
                 return None
-        names = ", ".join(_mention(r) for r in reviewers[:10])
+        names = ", ".join(reviewer_mention(r) for r in reviewers[:10])
         return f"Only {names} can decide this request."
-
-    def group_members(self, group_id: str) -> frozenset[str]:
-        """Members of a Slack user group, cached for ``cache_seconds``."""
-        key = f"{self.keys.prefix}usergroup:{group_id}"
-        cached = self.redis.get(key)
-        if cached is not None:
-            return frozenset(json.loads(cached))
-        try:
-            response = self.client.usergroups_users_list(usergroup=group_id)
-            members = list(response.get("users") or [])
-        except SlackApiError as exc:
-            logger.warning("cannot list user group %s: %s", group_id, exc.response.get("error"))
-            return frozenset()
-        except (SlackClientError, OSError) as exc:
-            # Slack unreachable: deny for now (nothing cached), rather than fail the click.
-            logger.warning("cannot list user group %s: %s", group_id, exc)
-            return frozenset()
-        if self.cache_seconds:
-            self.redis.set(key, json.dumps(members), ex=self.cache_seconds)
-        return frozenset(members)
-
-
-def _is_usergroup(reviewer: str) -> bool:
-    return reviewer.startswith("S")
-
-
-def _mention(reviewer: str) -> str:
-    return f"<!subteam^{reviewer}>" if _is_usergroup(reviewer) else f"<@{reviewer}>"

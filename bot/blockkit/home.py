@@ -24,7 +24,7 @@ from bot.blockkit.ids import HOME, home_actions_block_id
 from bot.blockkit.limits import MODAL_BLOCK_LIMIT, SECTION_TEXT_LIMIT
 from bot.blockkit.message import decision_buttons, handoff_title, outcome_text
 from bot.blockkit.replies import facts, gist
-from bot.blockkit.text import agent_text, clip, slack_date
+from bot.mrkdwn import agent_text, clip, slack_date
 from bot.queries.listings import Listing
 from store.models import Handoff
 

@@ -43,7 +43,7 @@ from bot.blockkit.limits import (
     MESSAGE_BLOCK_LIMIT,
     SECTION_TEXT_LIMIT,
 )
-from bot.blockkit.text import (
+from bot.mrkdwn import (
     agent_text,
     ago,
     clip,

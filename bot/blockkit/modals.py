@@ -48,7 +48,7 @@ from bot.blockkit.limits import (
     MODAL_TITLE_LIMIT,
 )
 from bot.blockkit.message import handoff_title
-from bot.blockkit.text import agent_text, clip, split_text
+from bot.mrkdwn import agent_text, clip, split_text
 from store.models import Handoff
 
 _MAIN_TEXT_SHOWN = 2500

@@ -31,7 +31,7 @@ from bot.blockkit.limits import (
     SECTION_TEXT_LIMIT,
 )
 from bot.blockkit.message import RenderedMessage, decision_buttons, handoff_title, outcome_text
-from bot.blockkit.text import agent_text, ago, clip, duration, mention, reviewer_mention, slack_date
+from bot.mrkdwn import agent_text, ago, clip, duration, mention, reviewer_mention, slack_date
 from bot.queries.listings import ListFilter, Listing, ListKind
 from bot.queries.stats import Stats
 from store.models import AuditEvent, Handoff

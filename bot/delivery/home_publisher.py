@@ -22,7 +22,7 @@ from bot.blockkit.home import HOME_QUEUE_SHOWN, HOME_RECENT_SHOWN, render_home
 from bot.keys import BotKeys
 from bot.queries.listings import Listings
 from store.decoding import as_text
-from store.models import AuditEvent, Handoff, Status
+from store.models import Handoff, Status
 from store.repository import HandoffStore
 
 logger = logging.getLogger(__name__)
@@ -185,28 +185,26 @@ class Homes:
     def _catch_up(self, user_id: str) -> None:
         """Record the user's decisions among the audit events added since their last build
         (at most the newest ``RECENT_SCAN_EVENTS``)."""
-        read_key = self.keys.home_read(user_id)
-        last = self.store.redis.get(read_key)
-        oldest = f"({as_text(last)}" if last is not None else "-"
-        entries = (
-            self.store.redis.xrevrange(
-                self.store.keys.global_audit, max="+", min=oldest, count=RECENT_SCAN_EVENTS
+        last = self.store.redis.get(self.keys.home_read(user_id))
+        entries = list(
+            self.store.audit_entries(
+                after=as_text(last) if last is not None else None,
+                newest_first=True,
+                limit=RECENT_SCAN_EVENTS,
             )
-            or []
         )
         if not entries:
             return
         decided: dict[str, datetime] = {}
         needle = user_id.encode()
-        for _, fields in entries:
-            raw = (fields or {}).get(b"e")
+        for entry in entries:
             # Most events are not this person's decisions: skip them before parsing.
-            if not raw or b'"decided"' not in raw or needle not in raw:
+            if b'"decided"' not in entry.raw or needle not in entry.raw:
                 continue
-            event = AuditEvent.from_json(raw)
+            event = entry.event
             if event.event == "decided" and event.actor == user_id:
                 decided.setdefault(event.handoff_id, event.at)
-        self._remember(user_id, decided, read_up_to=as_text(entries[0][0]))
+        self._remember(user_id, decided, read_up_to=entries[0].id)
 
     def _remember(
         self, user_id: str, decided: dict[str, datetime], *, read_up_to: str | None = None

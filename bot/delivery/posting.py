@@ -16,8 +16,6 @@ earlier attempt may have posted (``since``, e.g. on a task's second attempt).
 
 from __future__ import annotations
 
-import http.client
-import json
 import logging
 import time
 from collections.abc import Callable, Collection, Mapping
@@ -27,7 +25,7 @@ from typing import Any
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
-from bot.delivery.client import posting_client
+from bot.slack_client import AMBIGUOUS_ERRORS, posting_client
 from store.exceptions import HandoffError
 
 logger = logging.getLogger(__name__)
@@ -37,13 +35,6 @@ CLOCK_SKEW_SECONDS = 60.0
 MAX_PAGES = 5
 """Most pages of history read when looking for a post (newest first, so ours come early)."""
 PAGE_SIZE = 200
-
-AMBIGUOUS_ERRORS: tuple[type[Exception], ...] = (
-    OSError,  # TimeoutError, ConnectionResetError, urllib's URLError
-    http.client.HTTPException,  # RemoteDisconnected, IncompleteRead
-    json.JSONDecodeError,  # a truncated or non-JSON answer (a proxy's error page)
-)
-"""Failures after which a post may have been made."""
 
 
 class AnswerLost(HandoffError):

@@ -26,6 +26,7 @@ from bot.blockkit.message import (
     thread_record_text,
 )
 from bot.delivery.posting import CLOCK_SKEW_SECONDS, Poster, PostTag, delete_extra
+from store.exceptions import HandoffError
 from store.models import Handoff
 
 logger = logging.getLogger(__name__)
@@ -37,7 +38,7 @@ DUPLICATE_EVENT_TYPE = "handoff_duplicate"
 """Metadata of an extra copy once neutralised, so that it is never adopted again."""
 
 
-class NoChannel(Exception):
+class NoChannel(HandoffError):
     """The handoff names no channel and no default channel is configured."""
 
 

@@ -23,13 +23,9 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import IO, Any
 
-from store.decoding import as_text
 from store.exceptions import HandoffNotFound
 from store.models import AuditEvent
 from store.repository import HandoffStore
-
-READ_BATCH = 1000
-"""Stream entries read per round trip."""
 
 _RELATIVE = re.compile(r"^(\d+)([mhdw])$")
 _UNITS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
@@ -67,18 +63,9 @@ def iter_raw_audit(
 ) -> Iterator[tuple[str, bytes]]:
     """Like ``iter_audit``, but each event as the JSON the store wrote, unparsed: for readers
     that skip most events, a byte search costs far less than parsing."""
-    start = f"{int(since.timestamp() * 1000)}-0" if since else "-"
-    while True:
-        entries = (
-            store.redis.xrange(store.keys.global_audit, min=start, max="+", count=READ_BATCH) or []
-        )
-        for entry_id, fields in entries:
-            raw = (fields or {}).get(b"e")
-            if raw:
-                yield as_text(entry_id), raw if isinstance(raw, bytes) else str(raw).encode()
-        if len(entries) < READ_BATCH:
-            return
-        start = "(" + as_text(entries[-1][0])
+    for entry in store.audit_entries(since=since):
+        if entry.raw:
+            yield entry.id, entry.raw
 
 
 def export_audit(

@@ -7,9 +7,11 @@ trips however many handoffs are pending. Cursors are ids: ``after=X`` is the nex
 
 A viewer's own queue ("mine") is the union of several indexes: their reviewer index, those
 of the user groups they belong to, and the handoffs that name no reviewers when they may
-decide those (``HANDOFF_DEFAULT_REVIEWERS`` unset, or they are among them); for a
-``HANDOFF_ADMINS`` member, every pending handoff. The indexes are merged by id, each read
-only as far as the page needs, and ``ReviewerPolicy.denial`` has the last word on every item.
+decide those (``HANDOFF_DEFAULT_REVIEWERS`` unset, or they are among them); for an admin who
+may decide anything (``AdminPolicy.may_decide_anything``), every pending handoff. A viewer's
+user groups come from the cache the permission check uses (``bot.access.usergroups``). The
+indexes are merged by id, each read only as far as the page needs, and
+``ReviewerPolicy.denial`` has the last word on every item.
 
 The store keeps no index of handoffs without reviewers: ``bot.queries.unassigned`` keeps one,
 brought up to date before each read of a queue.
@@ -17,14 +19,10 @@ brought up to date before each read of a queue.
 
 from __future__ import annotations
 
-import json
-import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
-
-from slack_sdk.errors import SlackApiError
 
 from bot.access.reviewers import ReviewerPolicy
 from bot.keys import BotKeys
@@ -32,8 +30,6 @@ from bot.queries.unassigned import UnassignedIndex
 from store.decoding import as_text
 from store.models import Handoff, RequestType
 from store.repository import HandoffStore
-
-logger = logging.getLogger(__name__)
 
 PAGE_SIZE = 20
 """Handoffs on one page of ``/handoff list``."""
@@ -193,27 +189,6 @@ class Listings:
         """The first page of the handoffs ``viewer`` may decide, oldest first."""
         return self.page(ListFilter(ListKind.MINE), viewer=viewer, limit=limit)
 
-    def groups_of(self, user_id: str) -> list[str]:
-        """The user groups ``user_id`` belongs to (``usergroups.list``, cached)."""
-        cached = self.store.redis.get(self.keys.usergroups)
-        if cached is not None:
-            groups: dict[str, list[str]] = json.loads(cached)
-        else:
-            try:
-                response = self.reviewers.client.usergroups_list(include_users=True)
-            except SlackApiError as exc:
-                logger.warning("cannot list user groups: %s", exc.response.get("error"))
-                return []
-            groups = {
-                str(group["id"]): list(group.get("users") or [])
-                for group in response.get("usergroups") or []
-            }
-            if self.reviewers.cache_seconds:
-                self.store.redis.set(
-                    self.keys.usergroups, json.dumps(groups), ex=self.reviewers.cache_seconds
-                )
-        return sorted(group for group, members in groups.items() if user_id in members)
-
     # -- sources ------------------------------------------------------------------------
 
     def _index_key(self, listing: ListFilter) -> str:
@@ -230,9 +205,10 @@ class Listings:
         def may_decide(handoff: Handoff) -> bool:
             return self.reviewers.denial(viewer, handoff) is None
 
-        if viewer in self.reviewers.admins:
+        if self.reviewers.admins.may_decide_anything(viewer):
             return [_IndexSource(self.store, self.store.keys.pending)], may_decide
-        groups = self.groups_of(viewer)
+        # The same user-group snapshot as the permission check (``ReviewerPolicy.denial``).
+        groups = self.reviewers.usergroups.groups_of(viewer)
         sources: list[_Source] = [
             _IndexSource(self.store, self.store.keys.pending_by_reviewer(reviewer))
             for reviewer in [viewer, *groups]

@@ -82,12 +82,7 @@ class UnassignedIndex:
 
     def _start_over(self) -> str:
         # Remember where the stream is *before* walking, so nothing created meanwhile is lost.
-        # With no event yet, the next one's id is at least the server's time now.
-        pipe = self.store.redis.pipeline(transaction=False)
-        pipe.time()
-        pipe.xrevrange(self.store.keys.global_audit, count=1)
-        (seconds, micros), latest = pipe.execute()
-        read = as_text(latest[0][0]) if latest else f"{seconds * 1000 + micros // 1000 - 1}-0"
+        read = self.store.audit_position()
         pipe = self.store.redis.pipeline(transaction=True)
         pipe.delete(self.key, self.keys.unassigned_walk)
         pipe.set(self.keys.unassigned_read, read, ex=self._read_ttl)
@@ -95,29 +90,15 @@ class UnassignedIndex:
         return read
 
     def _apply_events(self, read: str) -> None:
-        applied = 0
-        while applied < STREAM_BUDGET:
-            entries = (
-                self.store.redis.xrange(
-                    self.store.keys.global_audit, min=f"({read}", max="+", count=BATCH
-                )
-                or []
-            )
-            if not entries:
-                return
+        for page in self.store.audit_pages(after=read, limit=STREAM_BUDGET, batch=BATCH):
             touched: list[str] = []
-            for _, fields in entries:
-                raw = (fields or {}).get(b"e") or b""
+            for entry in page:
                 # Only creations and reassignments change whether a handoff names reviewers.
-                if any(name in raw for name in _EVENTS):
-                    event = json.loads(raw)
+                if any(name in entry.raw for name in _EVENTS):
+                    event = json.loads(entry.raw)
                     if event.get("event") in ("created", "reassigned"):
                         touched.append(str(event["handoff_id"]))
-            read = as_text(entries[-1][0])
-            self._sort(touched, also_remove=True, read=read)
-            applied += len(entries)
-            if len(entries) < BATCH:
-                return
+            self._sort(touched, also_remove=True, read=page[-1].id)
 
     def _walk(self, walked: str | None, budget: int) -> str | None:
         examined = 0

@@ -1,7 +1,7 @@
 """What Slack sends the bot: interaction payloads, Events API envelopes, slash command fields.
 
-Shapes follow what Slack documents for each payload (see tests/fixtures/slack/). Every builder takes the
-``Workspace`` for team and app ids; none of them sends anything.
+Shapes follow what Slack documents for each payload (see tests/fixtures/slack/). Every
+builder takes the ``Workspace`` for team and app ids; none of them sends anything.
 """
 
 from __future__ import annotations

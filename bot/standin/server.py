@@ -222,6 +222,15 @@ class SlackStandIn:
         """The bot's user id (the ``user`` of its messages)."""
         return self._ws.bot_user_id
 
+    # Changing the workspace
+
+    def set_usergroup(self, group_id: str, members: Sequence[str]) -> None:
+        """Make ``members`` the members of user group ``group_id`` (created if new), as a
+        workspace admin editing it in Slack would: ``usergroups.list`` and
+        ``usergroups.users.list`` answer with them from now on."""
+        with self._ws.lock:
+            self._ws.usergroups[group_id] = list(members)
+
     # What the bot did
 
     def _snapshot(self, value: T) -> T:

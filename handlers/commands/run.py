@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import logging
 
+from bot import mrkdwn as block_text
 from bot.blockkit import replies
-from bot.blockkit import text as block_text
 from bot.blockkit.message import RenderedMessage, already_decided_text
 from bot.blockkit.replies import PageRequest
 from bot.queries.listings import Listings, ListKind

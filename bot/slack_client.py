@@ -4,6 +4,9 @@ limits, and one without a token, for Bolt."""
 
 from __future__ import annotations
 
+import http.client
+import json
+
 from slack_sdk import WebClient
 from slack_sdk.http_retry.builtin_handlers import (
     ConnectionErrorRetryHandler,
@@ -13,6 +16,14 @@ from slack_sdk.http_retry.builtin_handlers import (
 from slack_sdk.http_retry.handler import RetryHandler
 
 from bot.config import Settings
+
+AMBIGUOUS_ERRORS: tuple[type[Exception], ...] = (
+    OSError,  # TimeoutError, ConnectionResetError, urllib's URLError
+    http.client.HTTPException,  # RemoteDisconnected, IncompleteRead
+    json.JSONDecodeError,  # a truncated or non-JSON answer (a proxy's error page)
+)
+"""Failures after which a call may have reached Slack though no answer came back (a post
+may have been made; a read may be repeated)."""
 
 
 def make_web_client(settings: Settings, *, timeout: int | None = None) -> WebClient:
