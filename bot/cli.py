@@ -268,7 +268,8 @@ def audit() -> None:
 )
 def audit_export(since: str | None, run_id: str | None, output: TextIO) -> None:
     """Write every audit event as JSON Lines (time, event, actor, handoff_id, detail, id)."""
-    from bot.queries.audit_export import export_audit, parse_since
+    from bot.queries.audit_export import export_audit
+    from store.durations import parse_since
 
     try:
         start = parse_since(since) if since else None

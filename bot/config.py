@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pydantic import AliasChoices, Field
 
+from bot import defaults
 from store.settings import StoreSettings
 
 
@@ -28,12 +29,12 @@ class Settings(StoreSettings):
         description="App-level token (xapp-...); set: `handoff serve` uses Socket Mode.",
     )
     slack_api_url: str = Field(
-        default="https://slack.com/api/",
+        default=defaults.SLACK_API_URL,
         validation_alias=AliasChoices("SLACK_API_URL"),
         description="Base URL of the Slack Web API (point at the local stand-in in dev).",
     )
     slack_timeout_seconds: int = Field(
-        default=10,
+        default=defaults.SLACK_TIMEOUT_SECONDS,
         ge=1,
         description="Seconds to wait for each Slack Web API answer before treating it as lost.",
     )
@@ -56,10 +57,12 @@ class Settings(StoreSettings):
         description="The requester (a Slack user id) may not decide their own handoff.",
     )
     usergroup_cache_seconds: int = Field(
-        default=300, ge=0, description="How long user-group members are cached."
+        default=defaults.USERGROUP_CACHE_SECONDS,
+        ge=0,
+        description="How long the workspace's user groups and their members are cached.",
     )
     slash_command: str = Field(
-        default="/handoff",
+        default=defaults.SLASH_COMMAND,
         pattern=r"^/[a-z0-9_-]{1,31}$",
         description="The slash command the bot answers (as declared in manifest.yml).",
     )

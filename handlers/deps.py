@@ -9,6 +9,7 @@ from typing import Any
 from slack_bolt import BoltRequest, BoltResponse
 from slack_bolt.middleware import Middleware
 
+from bot import defaults
 from bot.access.reviewers import ReviewerPolicy
 from store.repository import HandoffStore
 
@@ -28,7 +29,7 @@ class HandlerDeps:
 
     store: HandoffStore
     reviewers: ReviewerPolicy
-    slash_command: str = "/handoff"
+    slash_command: str = defaults.SLASH_COMMAND
     modal_key: bytes | None = None
 
     def __deepcopy__(self, memo: dict[int, Any]) -> HandlerDeps:

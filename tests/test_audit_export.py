@@ -14,7 +14,6 @@ import pytest
 from redis import Redis
 
 from bot.blockkit import ids
-from bot.queries.audit_export import parse_since
 from store.models import TaskState
 from tests.conftest import ROOT
 from tests.support.slack_env import ADMIN, ALICE, CAROL, SlackEnv, running_slack, wait_for
@@ -134,13 +133,3 @@ def test_run_filter_finds_handoffs_created_before_since(slack: SlackEnv, redis_u
     assert lines and {line["handoff_id"] for line in lines} == {handoff_id}
     assert "created" not in [line["event"] for line in lines]
     assert ("decided", ALICE) in _of(lines, handoff_id)
-
-
-def test_since_reads_ages_and_iso_times() -> None:
-    now = datetime(2025, 1, 31, 12, 0, tzinfo=UTC)
-    assert parse_since("7d", now=now) == now - timedelta(days=7)
-    assert parse_since("90m", now=now) == now - timedelta(minutes=90)
-    assert parse_since("2025-01-30") == datetime(2025, 1, 30, tzinfo=UTC)
-    assert parse_since("2025-01-30T08:00:00+02:00") == datetime(2025, 1, 30, 6, tzinfo=UTC)
-    with pytest.raises(ValueError, match="neither an ISO date"):
-        parse_since("last tuesday")

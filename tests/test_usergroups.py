@@ -13,8 +13,9 @@ from redis import Redis
 from slack_sdk import WebClient
 
 from bot.access.reviewers import ReviewerPolicy
-from bot.access.usergroups import USERGROUP_CACHE_SECONDS, UserGroups
+from bot.access.usergroups import UserGroups
 from bot.config import Settings
+from bot.defaults import USERGROUP_CACHE_SECONDS
 from bot.delivery.home_publisher import Homes
 from bot.keys import BotKeys
 from bot.queries.listings import Listings

@@ -23,13 +23,11 @@ from redis import Redis
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError
 
+from bot import defaults
 from bot.config import Settings
 from bot.keys import BotKeys
 
 logger = logging.getLogger(__name__)
-
-ADMIN_CACHE_SECONDS = 300
-"""How long a "workspace admin or not" answer from ``users.info`` is trusted."""
 
 
 class AdminPolicy:
@@ -49,7 +47,7 @@ class AdminPolicy:
         keys: BotKeys,
         *,
         admins: Iterable[str] = (),
-        cache_seconds: int = ADMIN_CACHE_SECONDS,
+        cache_seconds: int = defaults.ADMIN_CACHE_SECONDS,
     ) -> None:
         self.client = client
         self.redis = redis

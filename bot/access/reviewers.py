@@ -8,8 +8,9 @@ from collections.abc import Iterable
 from redis import Redis
 from slack_sdk import WebClient
 
+from bot import defaults
 from bot.access.admins import AdminPolicy
-from bot.access.usergroups import USERGROUP_CACHE_SECONDS, UserGroups
+from bot.access.usergroups import UserGroups
 from bot.config import Settings
 from bot.keys import BotKeys
 from bot.mrkdwn import is_usergroup, reviewer_mention
@@ -35,7 +36,7 @@ class ReviewerPolicy:
         admins: AdminPolicy | Iterable[str] = (),
         default_reviewers: Iterable[str] = (),
         block_self_approval: bool = True,
-        cache_seconds: int = USERGROUP_CACHE_SECONDS,
+        cache_seconds: int = defaults.USERGROUP_CACHE_SECONDS,
         usergroups: UserGroups | None = None,
     ) -> None:
         self.client = client

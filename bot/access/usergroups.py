@@ -28,13 +28,11 @@ from redis.typing import EncodableT, FieldT
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError
 
+from bot import defaults
 from bot.config import Settings
 from bot.keys import BotKeys
 
 logger = logging.getLogger(__name__)
-
-USERGROUP_CACHE_SECONDS: int = Settings.model_fields["usergroup_cache_seconds"].default
-"""The default of ``HANDOFF_USERGROUP_CACHE_SECONDS`` (how long a snapshot is trusted)."""
 
 _FETCHED_AT = "fetched_at"
 """The snapshot's field holding when it was taken (ms): present whenever the snapshot is."""
@@ -68,7 +66,7 @@ class UserGroups:
         redis: Redis,
         keys: BotKeys,
         *,
-        cache_seconds: int = USERGROUP_CACHE_SECONDS,
+        cache_seconds: int = defaults.USERGROUP_CACHE_SECONDS,
     ) -> None:
         self.client = client
         self.redis = redis

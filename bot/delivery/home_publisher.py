@@ -17,6 +17,7 @@ from typing import Any
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
+from bot import defaults
 from bot.access.reviewers import ReviewerPolicy
 from bot.blockkit.home import HOME_QUEUE_SHOWN, HOME_RECENT_SHOWN, render_home
 from bot.keys import BotKeys
@@ -27,7 +28,6 @@ from store.repository import HandoffStore
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_COMMAND = "/handoff"
 
 VIEWER_TTL_SECONDS = 14 * 86400
 """A person who has not opened the Home for this long is no longer refreshed."""
@@ -67,7 +67,11 @@ class Homes:
     """
 
     def __init__(
-        self, store: HandoffStore, reviewers: ReviewerPolicy, *, command: str = DEFAULT_COMMAND
+        self,
+        store: HandoffStore,
+        reviewers: ReviewerPolicy,
+        *,
+        command: str = defaults.SLASH_COMMAND,
     ) -> None:
         self.store = store
         self.reviewers = reviewers
@@ -226,7 +230,7 @@ def refresh_homes(
     policy: ReviewerPolicy,
     handoff: Handoff,
     *,
-    command: str = DEFAULT_COMMAND,
+    command: str = defaults.SLASH_COMMAND,
 ) -> int:
     """Republish the App Home of the recent viewers who may decide ``handoff`` or whose Home
     shows it, after it changed (created, claimed, decided, reassigned...). Returns how many

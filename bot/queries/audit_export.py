@@ -18,35 +18,13 @@ Events: ``created``, ``delivery_started``, ``delivered``, ``viewed_full``, ``den
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import IO, Any
 
 from store.exceptions import HandoffNotFound
 from store.models import AuditEvent
 from store.repository import HandoffStore
-
-_RELATIVE = re.compile(r"^(\d+)([mhdw])$")
-_UNITS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
-
-
-def parse_since(value: str, *, now: datetime | None = None) -> datetime:
-    """A start time from an ISO 8601 date or time (UTC unless it says otherwise) or an age
-    such as ``90m``, ``12h``, ``7d`` or ``2w``; raises ``ValueError`` for anything else."""
-    text = value.strip()
-    relative = _RELATIVE.match(text)
-    if relative:
-        amount = timedelta(**{_UNITS[relative.group(2)]: int(relative.group(1))})
-        return (now or datetime.now(UTC)) - amount
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise ValueError(
-            f"{value!r} is neither an ISO date/time (2025-01-31, 2025-01-31T09:00:00Z) "
-            "nor an age such as 7d, 12h or 90m"
-        ) from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def iter_audit(

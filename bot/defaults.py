@@ -1,0 +1,16 @@
+"""Default values of the Slack side, each in one place (the store's are in ``store.defaults``)."""
+
+SLASH_COMMAND = "/handoff"
+"""The slash command the app answers (``HANDOFF_SLASH_COMMAND``; the manifest registers it)."""
+
+USERGROUP_CACHE_SECONDS = 300
+"""How long the workspace's user groups and their members are cached in Redis."""
+
+ADMIN_CACHE_SECONDS = 300
+"""How long Slack's answer to "is this person a workspace admin or owner" is cached."""
+
+SLACK_API_URL = "https://slack.com/api/"
+"""Where the Web API is; the stand-in's address in ``handoff dev`` and the tests."""
+
+SLACK_TIMEOUT_SECONDS = 10
+"""Longest wait for one Web API answer."""
