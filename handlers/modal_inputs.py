@@ -11,6 +11,7 @@ import jsonschema
 
 from bot.blockkit.ids import ANSWER_BLOCK, CHOICE_BLOCK, DRAFT_BLOCK_PREFIX, VALUE, arg_block_id
 from bot.blockkit.modals import json_type
+from bot.mrkdwn import clip
 from store.models import Handoff
 
 _TRUE = {"true", "yes", "y", "1"}
@@ -161,8 +162,4 @@ def _check_schema(schema: dict[str, Any], parsed: ParsedEdit) -> None:
             if names
             else "arg"
         )
-        parsed.errors.setdefault(block_id, _clip(error.message, 150))
-
-
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+        parsed.errors.setdefault(block_id, clip(error.message, 150))

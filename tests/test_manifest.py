@@ -22,7 +22,7 @@ def test_manifest_routes_events_and_interactivity_to_slack_events() -> None:
 def test_manifest_grants_what_the_bot_calls_and_receives() -> None:
     manifest = _manifest()
     scopes = set(manifest["oauth_config"]["scopes"]["bot"])
-    # chat.postMessage / chat.update / chat.postEphemeral; users.info; usergroups.users.list
+    # chat.postMessage / chat.update / chat.postEphemeral; users.info; usergroups.list
     assert {"chat:write", "users:read", "usergroups:read"} <= scopes
     events = set(manifest["settings"]["event_subscriptions"]["bot_events"])
     # Thread replies arrive as message events, which need the matching history scopes.

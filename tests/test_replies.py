@@ -30,7 +30,14 @@ from bot.standin.blockkit import (
     message_blocks_too_long,
 )
 from store.models import AuditEvent, Handoff, ResumeData, Status
-from tests.test_message import CREATED, INJECTION_TEXT, INJECTIONS, approval, make_handoff, question
+from tests.support.blockkit import (
+    CREATED,
+    INJECTION_TEXT,
+    INJECTIONS,
+    approval,
+    make_handoff,
+    question,
+)
 
 HUGE = "x" * 50_000
 

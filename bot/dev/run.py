@@ -253,7 +253,7 @@ def _demo(
     redis = Redis.from_url(
         redis_url, socket_connect_timeout=_REDIS_CHECK_SECONDS, socket_timeout=_WAIT_SECONDS + 5
     )
-    handoffs = Handoffs(redis, namespace=settings.namespace)
+    handoffs = Handoffs.from_settings(settings, redis=redis)
     handoffs.redis.delete(RESUMED_LIST)
     run_id = f"demo-run-{uuid.uuid4().hex[:8]}"
     click.echo(f"\nThe demo agent started run {run_id}. It needs a person twice.\n")
