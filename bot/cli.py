@@ -9,6 +9,7 @@ from typing import TextIO
 
 import click
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError as RedisResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from bot.config import Settings
@@ -42,6 +43,9 @@ class _HandoffGroup(click.Group):
             raise _ConfigurationProblem(str(exc)) from exc
         except HandoffError as exc:
             raise click.ClickException(str(exc)) from exc
+        except RedisResponseError as exc:
+            # Redis itself refused (a database number it does not have, a bad client name).
+            raise click.ClickException(f"Redis refused: {exc}; check REDIS_URL") from exc
         except (RedisConnectionError, RedisTimeoutError) as exc:
             # Not the URL: it may carry a password.
             raise click.ClickException(
@@ -180,7 +184,7 @@ def show(handoff_id: str) -> None:
 
 
 @main.command(name="list")
-@click.option("--limit", default=20, show_default=True)
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(min=1))
 @click.option("--cursor", default=None, help="next_cursor of the previous page.")
 @click.option("--channel", default=None, help="Only the handoffs posted in this channel id.")
 @click.option("--run", "run_id", default=None, help="Only the handoffs of this run.")

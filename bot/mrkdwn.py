@@ -65,6 +65,19 @@ def mention(user_id: str) -> str:
     return escape(user_id)
 
 
+def is_conversation_id(channel: str) -> bool:
+    """Whether ``channel`` looks like a Slack conversation id (``C…``, ``G…``, ``D…``)."""
+    return channel[:1] in ("C", "G", "D") and channel.isalnum() and channel.isupper()
+
+
+def channel_mention(channel: str) -> str:
+    """A conversation as a Slack channel link; anything that is not a conversation id (an
+    agent may send any string) is shown escaped, so it can never become a mention or a link."""
+    if is_conversation_id(channel):
+        return f"<#{channel}>"
+    return f"#{escape(channel)}"
+
+
 def reviewer_mention(reviewer: str) -> str:
     """A reviewer (a person or a user group) as a Slack mention."""
     if is_usergroup(reviewer):

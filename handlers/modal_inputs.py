@@ -4,6 +4,7 @@ checked against the action's JSON schema when the agent gave one."""
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -111,6 +112,11 @@ def _coerce(raw: str | None, expected: Any, original: Any) -> Any:
     raise ValueError(errors[0] if errors else "Invalid value")
 
 
+def _no_constants(name: str) -> Any:
+    # Python's json reads NaN and Infinity, which are not JSON and reach the agent as null.
+    raise ValueError(f"{name} is not a JSON number")
+
+
 def _coerce_one(raw: str, kind: str) -> Any:
     text = raw.strip()
     if kind == "string":
@@ -125,6 +131,10 @@ def _coerce_one(raw: str, kind: str) -> Any:
             number = float(text)
         except ValueError:
             raise ValueError("Enter a number, e.g. 12.5") from None
+        # float() reads "nan" and "inf", which no JSON schema bound excludes (NaN compares
+        # false) and which JSON cannot carry: the agent would get null.
+        if not math.isfinite(number):
+            raise ValueError("Enter a finite number, e.g. 12.5") from None
         return int(number) if number.is_integer() and "." not in text else number
     if kind == "boolean":
         if text.lower() in _TRUE:
@@ -137,9 +147,9 @@ def _coerce_one(raw: str, kind: str) -> Any:
             return None
         raise ValueError("Must be empty (null)")
     try:
-        value = json.loads(text)
+        value = json.loads(text, parse_constant=_no_constants)
     except ValueError:
-        raise ValueError(f"Enter valid JSON ({kind})") from None
+        raise ValueError(f"Enter valid JSON ({kind}), with finite numbers") from None
     if kind == "object" and not isinstance(value, dict):
         raise ValueError('Enter a JSON object, e.g. {"key": "value"}')
     if kind == "array" and not isinstance(value, list):

@@ -32,7 +32,10 @@ def parse_since(value: str, *, now: datetime | None = None) -> datetime:
     such as ``90m``, ``12h``, ``7d`` or ``2w`` before ``now``; raises ``InvalidDuration``."""
     text = value.strip()
     if _AGE.match(text.lower()):
-        return (now or datetime.now(UTC)) - parse_age(text)
+        try:
+            return (now or datetime.now(UTC)) - parse_age(text)
+        except OverflowError:
+            raise InvalidDuration(f"{value!r} reaches back before the year 1") from None
     try:
         moment = datetime.fromisoformat(text)
     except ValueError:

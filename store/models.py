@@ -128,7 +128,8 @@ class HandoffRequest(_Strict):
     remind_after_seconds: float | None = Field(default=None, ge=0)
     max_reminders: int | None = Field(default=None, ge=0, le=100)
     escalate_after_seconds: float | None = Field(default=None, ge=0)
-    escalate_to: str | None = Field(default=None, max_length=64)
+    # A channel or user-group id: it is posted and mentioned, so nothing else gets in.
+    escalate_to: str | None = Field(default=None, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
     metadata: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")

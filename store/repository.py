@@ -396,7 +396,8 @@ class HandoffStore:
         if after is not None:
             low = f"({after}"
         elif since is not None:
-            low = f"{int(since.timestamp() * 1000)}-0"
+            # A time before 1970 is no stream id; the stream starts after it anyway.
+            low = f"{max(0, int(since.timestamp() * 1000))}-0"
         else:
             low = "-"
         high = "+"

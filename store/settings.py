@@ -9,14 +9,16 @@ from __future__ import annotations
 
 from datetime import timedelta
 from typing import Any, Self
+from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from redis import Redis
-from redis.connection import parse_url
+from redis.connection import ConnectionPool, parse_url
 
 from store import defaults
 from store.exceptions import ConfigurationError
+from store.keys import KeySpace
 from store.repository import HandoffStore, StoreConfig, TaskPolicy
 
 REDIS_URL_FORMS = (
@@ -54,6 +56,7 @@ class StoreSettings(BaseSettings):
     retention_days: float = Field(
         default=defaults.RETENTION_SECONDS / 86400,
         gt=0,
+        le=36_500,
         description="Days a decided handoff and its audit trail are kept.",
     )
     resume_max_attempts: int = Field(
@@ -127,6 +130,28 @@ class StoreSettings(BaseSettings):
             parse_url(value)
         except ValueError:
             raise ValueError(f"not a Redis URL; use {REDIS_URL_FORMS}") from None
+        return value
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url_names_a_database_by_number(cls, value: str | None) -> str | None:
+        # redis-py reads redis://host/abc as database 0, silently.
+        if value is not None and value.startswith(("redis://", "rediss://")):
+            database = urlsplit(value).path.strip("/")
+            if database and not database.isdigit():
+                raise ValueError("the database in REDIS_URL is a number, e.g. redis://host:6379/0")
+            try:
+                ConnectionPool.from_url(value).make_connection()  # builds, does not connect
+            except (TypeError, ValueError) as exc:
+                raise ValueError(
+                    f"REDIS_URL has an option redis-py does not take ({exc})"
+                ) from None
+        return value
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace_is_a_key_prefix(cls, value: str) -> str:
+        KeySpace(value)  # its ValueError says what a namespace may hold
         return value
 
     @classmethod

@@ -141,6 +141,32 @@ def test_several_bad_settings_are_one_line_naming_each_variable(
     assert message.endswith("(fix them in the environment or in .env)")
 
 
+@pytest.mark.parametrize(
+    ("variable", "value", "problem"),
+    [
+        ("REDIS_URL", "redis://127.0.0.1:6379/abc", "the database in REDIS_URL is a number"),
+        ("REDIS_URL", "redis://127.0.0.1:6379?ssl_cert_reqs=none", "an option redis-py"),
+        ("HANDOFF_NAMESPACE", "a:b", "without braces, colons or spaces"),
+        ("HANDOFF_NAMESPACE", "a b", "without braces, colons or spaces"),
+        ("HANDOFF_RETENTION_DAYS", "inf", "less than or equal to 36500"),
+        ("HANDOFF_RETENTION_DAYS", "1e300", "less than or equal to 36500"),
+    ],
+)
+def test_a_setting_that_would_fail_later_is_refused_when_read(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, problem: str
+) -> None:
+    # Each of these used to pass validation and fail later, as a traceback (or, for a
+    # namespace, as a worker whose dispatcher died while it went on taking jobs).
+    monkeypatch.setenv(variable, value)
+
+    with pytest.raises(ConfigurationError) as caught:
+        StoreSettings.from_env()
+
+    message = str(caught.value)
+    assert "\n" not in message and f"bad setting {variable}: " in message
+    assert problem in message
+
+
 def test_open_store_builds_the_store_the_settings_describe(redis: Redis, redis_url: str) -> None:
     settings = StoreSettings(redis_url=redis_url, namespace="tenant-7", retention_days=2)
 

@@ -50,3 +50,8 @@ def test_the_stats_window_reads_the_same_grammar() -> None:
         parse_command("stats 30m")
     with pytest.raises(UsageError, match="such as `7d`"):
         parse_command("stats soon")
+
+
+def test_an_age_reaching_before_the_year_1_is_an_invalid_duration() -> None:
+    with pytest.raises(InvalidDuration, match="before the year 1"):
+        parse_since("999999w")

@@ -3,7 +3,6 @@ input, answers and corrected drafts, from ``view.state.values`` exactly as Slack
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -18,23 +17,13 @@ from handlers.modal_inputs import (
     parse_corrected_draft,
     parse_edited_args,
 )
-from store.models import Handoff, RequestType, Status
+from store.models import Handoff
+from tests.support.blockkit import make_handoff
 
 
 def approval(args: dict[str, Any], schema: dict[str, Any] | None = None) -> Handoff:
-    return Handoff(
-        id="ho_01JDZ3Q6T5N9W2V8K4M7R1X0BC",
-        run_id="run-1",
-        thread_id="t-1",
-        request_type=RequestType.APPROVAL,
-        context="",
-        payload={
-            "kind": "approval",
-            "action": {"name": "issue_refund", "args": args, "args_schema": schema},
-        },
-        status=Status.PENDING,
-        created_at=datetime(2025, 3, 1, tzinfo=UTC),
-    )
+    action = {"name": "issue_refund", "args": args, "args_schema": schema}
+    return make_handoff({"kind": "approval", "action": action})
 
 
 def typed(value: str | None) -> dict[str, Any]:
@@ -213,6 +202,25 @@ def test_bad_input_is_reported_on_its_own_input_with_a_hint(
     assert list(parsed.errors) == [arg_block_id("arg")]
     assert hint in parsed.errors[arg_block_id("arg")]
     assert arg_block_id("arg") in modal_block_ids(handoff)
+
+
+@pytest.mark.parametrize("typed_in", ["nan", "NaN", "inf", "-inf", "Infinity", "1e999"])
+def test_a_number_that_json_cannot_carry_is_refused_on_its_input(typed_in: str) -> None:
+    # NaN passes every schema bound (it compares false) and would reach the agent as null.
+    schema = {"type": "object", "properties": {"amount": {"type": "number", "maximum": 100}}}
+    handoff = approval({"amount": 30.5}, schema)
+
+    parsed = parse_edited_args(handoff, edits(amount=typed_in))
+
+    assert list(parsed.errors) == [arg_block_id("amount")]
+    assert "finite number" in parsed.errors[arg_block_id("amount")]
+
+
+@pytest.mark.parametrize(("original", "typed_in"), [({"a": 1}, '{"a": NaN}'), ([1], "[Infinity]")])
+def test_json_with_nan_or_infinity_is_refused(original: Any, typed_in: str) -> None:
+    parsed = parse_edited_args(approval({"arg": original}), edits(arg=typed_in))
+
+    assert "finite numbers" in parsed.errors[arg_block_id("arg")]
 
 
 REFUND_SCHEMA = {

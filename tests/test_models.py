@@ -297,3 +297,12 @@ def test_audit_event_reads_lua_json_with_empty_detail_array() -> None:
     assert event.detail == {}
     assert event.at == datetime(2023, 11, 14, 22, 13, 20, tzinfo=UTC)
     assert (event.event, event.handoff_id, event.actor) == ("claimed", "ho_X", "U1")
+
+
+@pytest.mark.parametrize(
+    "target", ["S1> <!channel> <https://evil.example|Approve", "C1 <@U1>", "S 1", "#oncall"]
+)
+def test_escalate_to_takes_only_a_channel_or_group_id(target: str) -> None:
+    # It is posted to and mentioned: anything but an id could ping or link.
+    with pytest.raises(ValidationError, match="escalate_to"):
+        HandoffRequest.model_validate(request_data("question", escalate_to=target))

@@ -110,6 +110,45 @@ def test_show_escapes_agent_text() -> None:
         assert injection not in text
 
 
+HOSTILE_CHANNEL = "C0X> <!channel> <https://evil.example/login|Approve here"
+
+
+def test_a_channel_that_is_no_conversation_id_is_shown_escaped_everywhere() -> None:
+    handoff = make_handoff(question(), channel=HOSTILE_CHANNEL)
+    stats = Stats(
+        window=timedelta(days=7),
+        since=CREATED,
+        pending=1,
+        pending_by_type={"question": 1},
+        pending_by_channel={HOSTILE_CHANNEL: 1},
+        decided=0,
+        expired=0,
+        cancelled=0,
+        median_decision_seconds=None,
+        p90_decision_seconds=None,
+        failed_resumes=0,
+        failing_resumes=0,
+    )
+    rendered = {
+        "show": render_detail(handoff, []).blocks,
+        "list": render_listing(Listing(ListFilter(ListKind.PENDING), [handoff])).blocks,
+        "list of the channel": render_listing(
+            Listing(ListFilter(ListKind.CHANNEL, HOSTILE_CHANNEL), [handoff])
+        ).blocks,
+        "home": render_home(Listing(ListFilter(ListKind.MINE), [handoff]), [], command="/h"),
+        "stats": render_stats(stats).blocks,
+    }
+    for where, blocks in rendered.items():
+        text = json.dumps(blocks)
+        assert "<!channel>" not in text and "<https://evil" not in text, where
+        assert "#C0X&gt; &lt;!channel&gt;" in text, where
+
+
+def test_a_conversation_id_is_shown_as_a_channel_link() -> None:
+    text = json.dumps(render_detail(make_handoff(question(), channel="C0REFUNDS"), []).blocks)
+    assert "<#C0REFUNDS>" in text
+
+
 def test_show_of_a_decided_handoff_says_who_decided() -> None:
     decision = ResumeData(
         decision_id="d", outcome=Status.REJECTED, decided_by="U0ALICE", comment="no"

@@ -210,3 +210,19 @@ def test_a_decided_message_from_the_bot_shows_no_raw_tokens() -> None:
 )
 def test_each_block_kind_renders_its_text(block: dict[str, object], expected: str) -> None:
     assert click.unstyle(render_text([block], NAMES)) == expected + "\n"
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        "\x1b]8;;https://evil.example\x07Approve\x1b]8;;\x07",  # an OSC 8 hyperlink
+        "refund\r\x1b[2KApproved by the CFO",  # overwrite the line
+        "\x1b[31mred\x1b[0m \x9b2J \x07",  # colours, C1 CSI, bell
+    ],
+)
+def test_agent_text_cannot_send_terminal_control_sequences(hostile: str) -> None:
+    for text in (
+        mrkdwn(hostile),
+        render_text([{"type": "section", "text": {"type": "plain_text", "text": hostile}}]),
+    ):
+        assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", click.unstyle(text)), repr(text)

@@ -77,14 +77,24 @@ def check_request_options(method: Callable[..., Any], options: Mapping[str, obje
     that is no ``RequestOptions``: Python would take it silently, and a misspelt
     ``reviewers`` would let anyone decide. The message names the option, the closest
     accepted one, and every accepted name."""
-    unknown = [name for name in options if name not in REQUEST_OPTIONS]
+    if any(name not in REQUEST_OPTIONS for name in options):
+        accepted = [*_named_parameters(method), *sorted(REQUEST_OPTIONS)]
+        reject_unknown_options(method.__qualname__, options, accepted)
+
+
+def reject_unknown_options(
+    where: str, options: Mapping[str, object], accepted: Sequence[str]
+) -> None:
+    """Raise ``TypeError`` naming each of ``options`` that is not in ``accepted`` (with the
+    closest accepted name, and all of them): the one check behind every ``**options`` that
+    agent code passes, in the client and in the adapters."""
+    unknown = [name for name in options if name not in accepted]
     if not unknown:
         return
-    accepted = [*_named_parameters(method), *sorted(REQUEST_OPTIONS)]
     close = difflib.get_close_matches(unknown[0], accepted, n=1)
     names = ", ".join(repr(name) for name in unknown)
     raise TypeError(
-        f"{method.__qualname__}() got unexpected keyword argument{'s' * (len(unknown) > 1)} "
+        f"{where}() got unexpected keyword argument{'s' * (len(unknown) > 1)} "
         f"{names}{f' (did you mean {close[0]!r}?)' if close else ''}; "
         f"it accepts {', '.join(accepted)}"
     )

@@ -46,6 +46,7 @@ from bot.blockkit.limits import (
 from bot.mrkdwn import (
     agent_text,
     ago,
+    channel_mention,
     clip,
     compact_json,
     mention,
@@ -143,7 +144,7 @@ def outcome_text(handoff: Handoff) -> str:
 
 def render_moved(handoff: Handoff, *, channel: str) -> RenderedMessage:
     """What an old message shows once its handoff was reassigned elsewhere."""
-    text = f":arrow_right: This request moved to <#{channel}>; decide it there."
+    text = f":arrow_right: This request moved to {channel_mention(channel)}; decide it there."
     blocks: list[Block] = [
         HeaderBlock(text=clip(handoff_title(handoff), HEADER_TEXT_LIMIT)),
         SectionBlock(text=MarkdownTextObject(text=text)),

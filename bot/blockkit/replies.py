@@ -31,7 +31,16 @@ from bot.blockkit.limits import (
     SECTION_TEXT_LIMIT,
 )
 from bot.blockkit.message import RenderedMessage, decision_buttons, handoff_title, outcome_text
-from bot.mrkdwn import agent_text, ago, clip, duration, mention, reviewer_mention, slack_date
+from bot.mrkdwn import (
+    agent_text,
+    ago,
+    channel_mention,
+    clip,
+    duration,
+    mention,
+    reviewer_mention,
+    slack_date,
+)
 from bot.queries.listings import ListFilter, Listing, ListKind
 from bot.queries.stats import Stats
 from store.models import AuditEvent, Handoff
@@ -129,7 +138,7 @@ def describe_filter(listing: ListFilter) -> str:
     if listing.kind is ListKind.MINE:
         return "Pending handoffs you can decide"
     if listing.kind is ListKind.CHANNEL:
-        return f"Pending in <#{listing.value}>"
+        return f"Pending in {channel_mention(listing.value)}"
     if listing.kind is ListKind.RUN:
         return f"Pending in run `{agent_text(listing.value, 200)[0]}`"
     if listing.kind is ListKind.TYPE:
@@ -183,7 +192,7 @@ def _item_text(handoff: Handoff, now: datetime | None, gist_length: int) -> str:
 def facts(handoff: Handoff, now: datetime | None) -> str:
     facts = [handoff.request_type.value, f"run `{agent_text(handoff.run_id, 60)[0]}`"]
     if handoff.channel:
-        facts.append(f"<#{handoff.channel}>")
+        facts.append(channel_mention(handoff.channel))
     if handoff.reviewers:
         facts.append("for " + ", ".join(reviewer_mention(r) for r in handoff.reviewers[:3]))
     facts.append(f"created {ago(handoff.created_at, now)}")
@@ -237,7 +246,7 @@ def _detail_fields(handoff: Handoff) -> list[str]:
         f"*Run*\n`{agent_text(handoff.run_id, 300)[0]}`",
         f"*Thread*\n`{agent_text(handoff.thread_id, 300)[0]}`",
         f"*Created*\n{slack_date(handoff.created_at)}",
-        f"*Channel*\n{f'<#{handoff.channel}>' if handoff.channel else 'default'}",
+        f"*Channel*\n{channel_mention(handoff.channel) if handoff.channel else 'default'}",
         "*Reviewers*\n"
         + (", ".join(reviewer_mention(r) for r in handoff.reviewers[:20]) or "anyone who sees it"),
     ]
@@ -329,7 +338,8 @@ def render_stats(stats: Stats) -> RenderedMessage:
         span = duration(stats.window.total_seconds())
     by_type = ", ".join(f"{n} {t}" for t, n in stats.pending_by_type.items()) or "none"
     by_channel = (
-        "\n".join(f"<#{c}>: {n}" for c, n in stats.pending_by_channel.items()) or "none named"
+        "\n".join(f"{channel_mention(c)}: {n}" for c, n in stats.pending_by_channel.items())
+        or "none named"
     )
     rate = f"{stats.expiry_rate:.0%}" if stats.expiry_rate is not None else "n/a"
     fields = [

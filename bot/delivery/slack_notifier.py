@@ -26,6 +26,7 @@ from bot.blockkit.message import (
     thread_record_text,
 )
 from bot.delivery.posting import CLOCK_SKEW_SECONDS, Poster, PostTag, delete_extra
+from bot.mrkdwn import is_usergroup, reviewer_mention
 from store.exceptions import HandoffError
 from store.models import Handoff
 
@@ -134,12 +135,15 @@ class SlackNotifier:
         copy is looked for before it is posted, as in ``deliver``."""
         target = handoff.escalate_to or ""
         refs = dict(handoff.message_refs)
-        if target.startswith("S"):
+        # The same test of "a user group" as the permission check's, and its one mention,
+        # which escapes anything that is not a group id.
+        if is_usergroup(target):
             if refs.get("ts"):
+                group = reviewer_mention(target)
                 self.client.chat_postMessage(
                     channel=refs["channel"],
                     thread_ts=refs["ts"],
-                    text=f":rotating_light: <!subteam^{target}>: please decide this request.",
+                    text=f":rotating_light: {group}: please decide this request.",
                 )
             return None
         posted = self._post(handoff, target, note=escalation_note(handoff), attempt=attempt)

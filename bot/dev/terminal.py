@@ -206,7 +206,7 @@ def mrkdwn(
 
 
 def _mrkdwn(text: str, names: Names, clock: _Clock) -> str:
-    lines = str(text).split("\n")
+    lines = _printable(str(text)).split("\n")
     out: list[str] = []
     i = 0
     while i < len(lines):
@@ -356,6 +356,16 @@ def _emojify(text: str) -> str:
     return _EMOJI_NAME.sub(lambda m: EMOJI.get(m[1], m[0]), text)
 
 
+_TERMINAL_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _printable(text: str) -> str:
+    """``text`` without terminal control characters (escape sequences, carriage returns):
+    agent text must not draw fake links (OSC 8), move the cursor or overwrite a line. Only
+    the styles this module adds reach the terminal."""
+    return _TERMINAL_CONTROLS.sub("", text)
+
+
 def _unslack(text: str) -> str:
     """Slack escapes &, < and > in message text; the terminal shows them as typed."""
     return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
@@ -370,6 +380,7 @@ def _text(obj: Any, names: Names, clock: _Clock) -> str:
     text = str(obj.get("text", ""))
     if obj.get("type") == "mrkdwn":
         return _mrkdwn(text, names, clock)
+    text = _printable(text)
     return text if obj.get("emoji") is False else _emojify(text)
 
 

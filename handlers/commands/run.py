@@ -86,7 +86,7 @@ def _change(deps: HandlerDeps, user: str, command: Command, handoff_id: str) -> 
         reviewers = list(command.reviewers) if command.reviewers else None
         store.reassign(handoff_id, by=user, channel=command.channel, reviewers=reviewers)
         logger.info("reassigned by command", extra=context)
-        where = [f"<#{command.channel}>"] if command.channel else []
+        where = [block_text.channel_mention(command.channel)] if command.channel else []
         where += [block_text.reviewer_mention(r) for r in command.reviewers]
         return replies.render_notice(
             f":arrow_right: Reassigned `{handoff_id}` to {', '.join(where)}. It is posted "

@@ -57,9 +57,10 @@ from worker.adapters.pauses import (
     decision_note,
     edited_args,
     load_object,
+    option_names,
     proposed_action,
 )
-from worker.client import Handoffs, RequestOptions
+from worker.client import Handoffs, RequestOptions, reject_unknown_options
 
 logger = logging.getLogger(__name__)
 
@@ -195,6 +196,7 @@ def require_approval(
     Use it bare (``@require_approval``) or with ``ApprovalOptions``
     (``@require_approval(reviewers=["U0ALICE"], on_reject="message")``).
     """
+    reject_unknown_options("require_approval", options, option_names(ApprovalOptions))
     action, description = options.get("action"), options.get("description")
     run_id, thread_id = options.get("run_id"), options.get("thread_id")
     timeout, then = options.get("timeout"), options.get("then")
@@ -389,6 +391,7 @@ def ask_human(
     Durable (``resume="module:function"``): returns the pending handoff at once; the
     worker calls that target with the answered handoff (``handoff.resume_data.answer``).
     """
+    reject_unknown_options("ask_human", options, option_names(QuestionOptions))
     defaults = RequestDefaults.build(**_handoff_options(options))
     client = _ClientSource(options.get("handoffs")).get()
     run, thread = _run_ids(options.get("run_id"), options.get("thread_id"))
@@ -416,6 +419,7 @@ def question_tool(
     """A blocking ``ask_human`` with a tool's signature ``(question: str, choices:
     list[str] | None = None) -> str``, for frameworks that build tools from functions. By
     default an unanswered question returns a message for the model instead of raising."""
+    reject_unknown_options("question_tool", options, option_names(QuestionOptions))
     source = _ClientSource(options.get("handoffs"))
     settings: QuestionOptions = {"on_decline": "message", **options, "handoffs": source.get}
 

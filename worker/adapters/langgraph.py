@@ -76,11 +76,12 @@ from worker.adapters.pauses import (
     decision_note,
     edited_args,
     load_object,
+    option_names,
     proposed_action,
     stable_id,
     worker_handoffs,
 )
-from worker.client import Handoffs, RequestOptions
+from worker.client import Handoffs, RequestOptions, reject_unknown_options
 
 logger = logging.getLogger(__name__)
 
@@ -191,6 +192,7 @@ class LangGraphHandoffs:
         durability: Durability = "sync",
         **options: Unpack[HandoffOptions],
     ) -> None:
+        reject_unknown_options("LangGraphHandoffs", options, option_names(HandoffOptions))
         self.handoffs = handoffs
         self.graph_path = graph
         self.defaults = RequestDefaults.build(**options)

@@ -71,10 +71,11 @@ from worker.adapters.pauses import (
     decision_note,
     edited_args,
     load_object,
+    option_names,
     stable_id,
     worker_handoffs,
 )
-from worker.client import Handoffs
+from worker.client import Handoffs, reject_unknown_options
 
 logger = logging.getLogger(__name__)
 
@@ -281,6 +282,7 @@ class OpenAIAgentsHandoffs:
         on_finish: str | None = None,
         **options: Unpack[HandoffOptions],
     ) -> None:
+        reject_unknown_options("OpenAIAgentsHandoffs", options, option_names(HandoffOptions))
         self.handoffs = handoffs
         self.agent_path = agent
         self.defaults = RequestDefaults.build(**options)

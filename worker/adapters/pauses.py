@@ -141,6 +141,11 @@ class HandoffOptions(TypedDict, total=False):
     """What the agent is doing, shown above what the adapter says about the request."""
 
 
+def option_names(options: type) -> list[str]:
+    """The keys of an options ``TypedDict``, sorted (for ``reject_unknown_options``)."""
+    return sorted(options.__required_keys__ | options.__optional_keys__)  # type: ignore[attr-defined]
+
+
 class RequestDefaults(BaseModel):
     """Options given to every handoff an adapter creates, kept in the handoff's metadata
     so a worker creates the run's next handoffs the same way."""

@@ -1,0 +1,73 @@
+"""A misspelt option of an adapter is a ``TypeError`` that names it, before anything is
+written: ``@require_approval(reviwers=[...])`` must not open an approval to everyone."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from redis import Redis
+
+from worker.adapters.decorators import ask_human, question_tool, require_approval
+from worker.adapters.langgraph import LangGraphHandoffs
+from worker.adapters.openai_agents import OpenAIAgentsHandoffs
+from worker.client import Handoffs
+
+
+def _approval_guard(handoffs: Handoffs, **options: Any) -> object:
+    return require_approval(handoffs=handoffs, **options)
+
+
+def _question(handoffs: Handoffs, **options: Any) -> object:
+    return ask_human("Which customer?", handoffs=handoffs, run_id="run-1", **options)
+
+
+def _question_tool(handoffs: Handoffs, **options: Any) -> object:
+    return question_tool(handoffs=handoffs, **options)
+
+
+def _langgraph(handoffs: Handoffs, **options: Any) -> object:
+    return LangGraphHandoffs(handoffs, "tests.support.adapter_graphs:refund_graph", **options)
+
+
+def _openai_agents(handoffs: Handoffs, **options: Any) -> object:
+    return OpenAIAgentsHandoffs(handoffs, "tests.support.adapter_agents:refund_agent", **options)
+
+
+ADAPTERS: dict[str, Callable[..., object]] = {
+    "require_approval": _approval_guard,
+    "ask_human": _question,
+    "question_tool": _question_tool,
+    "LangGraphHandoffs": _langgraph,
+    "OpenAIAgentsHandoffs": _openai_agents,
+}
+
+
+@pytest.mark.parametrize("name", list(ADAPTERS))
+def test_a_misspelt_reviewers_is_a_type_error_naming_it(
+    name: str, handoffs: Handoffs, redis: Redis
+) -> None:
+    keys = set(redis.keys())
+
+    with pytest.raises(TypeError) as raised:
+        ADAPTERS[name](handoffs, reviwers=["U0ALICE"])
+
+    message = str(raised.value)
+    assert message.startswith(f"{name}() got unexpected keyword argument 'reviwers'")
+    assert "did you mean 'reviewers'?" in message
+    assert "reviewers" in message.split("it accepts ")[1].split(", ")
+    assert set(redis.keys()) == keys
+
+
+@pytest.mark.parametrize("name", ["require_approval", "question_tool", "LangGraphHandoffs"])
+def test_every_unknown_option_is_named(name: str, handoffs: Handoffs) -> None:
+    with pytest.raises(TypeError, match="arguments 'totally_bogus', 'also_bogus'"):
+        ADAPTERS[name](handoffs, totally_bogus=5, also_bogus=6)
+
+
+def test_the_options_the_adapters_document_are_accepted(handoffs: Handoffs) -> None:
+    options = {"reviewers": ["U0ALICE"], "channel": "C0REFUNDS", "agent_name": "refunds"}
+    require_approval(handoffs=handoffs, **options)
+    question_tool(handoffs=handoffs, **options)
+    _langgraph(handoffs, **options)
