@@ -39,7 +39,6 @@ import os
 import sys
 import threading
 import time
-import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -51,22 +50,9 @@ from rq import Queue, Worker
 from rq.registry import StartedJobRegistry
 from slack_sdk.signature import SignatureVerifier
 
+from bench import common
 from bench.click_targets import RESUME_TARGET, started_key
-from bench.common import (
-    Figure,
-    RedisServer,
-    Target,
-    add_redis_option,
-    bench_key,
-    delete_namespace,
-    delete_queue,
-    latency_figures,
-    options_from,
-    percentile,
-    progress,
-    redis_server,
-    run_main,
-)
+from bench.common import Figure, RedisServer, Target
 from bench.processes import (
     CLI,
     HOST,
@@ -231,7 +217,7 @@ def wait_until_posted(
         if time.monotonic() >= deadline:
             raise RuntimeError(f"only {posted} of {len(ids)} handoffs were posted in {timeout} s")
         if time.monotonic() >= next_report:
-            progress(f"posted {posted:,}/{len(ids):,}")
+            common.progress(f"posted {posted:,}/{len(ids):,}")
             next_report += PROGRESS_EVERY_SECONDS
         time.sleep(0.2)
 
@@ -402,7 +388,7 @@ def wait_until_quiet(rig: Rig, expected: int) -> bool:
         if resumed >= expected and outstanding == 0 and jobs == 0:
             return True
         if time.monotonic() >= next_report:
-            progress(
+            common.progress(
                 f"resumed {resumed:,}/{expected:,}, {outstanding:,} tasks outstanding, "
                 f"{jobs:,} RQ jobs queued or running"
             )
@@ -644,19 +630,19 @@ class Results:
             Figure("bare Bolt app", self.bare.rate, "/s"),
             Figure("handoff serve", self.serve.rate, "/s"),
             Figure("handoff serve / bare Bolt", self.ratio, "x", Target(">=", RATIO_TARGET)),
-            Figure("click response p50, handoff serve", percentile(serve_ms, 0.5), "ms"),
+            Figure("click response p50, handoff serve", common.percentile(serve_ms, 0.5), "ms"),
             Figure(
                 "click response p99, handoff serve",
-                percentile(serve_ms, 0.99),
+                common.percentile(serve_ms, 0.99),
                 "ms",
                 Target("<", P99_TARGET_MS),
             ),
-            *latency_figures(
+            *common.latency_figures(
                 "click -> resume started, idle",
                 self.idle_resume_ms,
                 p50=Target("<", RESUME_P50_TARGET_MS),
             ),
-            *latency_figures(
+            *common.latency_figures(
                 "click -> resume started, under load",
                 self.loaded_resume_ms,
                 p50=Target("<", RESUME_P50_TARGET_MS),
@@ -686,14 +672,17 @@ class Results:
 def _latency(values: Sequence[float]) -> str:
     if not values:
         return "-"
-    p50, p99 = percentile(list(values), 0.5), percentile(list(values), 0.99)
+    p50, p99 = common.percentile(list(values), 0.5), common.percentile(list(values), 0.99)
     return f"p50 {p50:7.1f} ms   p99 {p99:7.1f} ms"
 
 
 def _print_servers(results: Results) -> None:
     print(f"\n  {'server':<16}{'req/s':>9}{'p50':>11}{'p99':>11}{'max':>11}")
     for name, run in (("bare Bolt", results.bare), ("handoff serve", results.serve)):
-        p50, p99 = percentile(run.latencies_ms, 0.5), percentile(run.latencies_ms, 0.99)
+        p50, p99 = (
+            common.percentile(run.latencies_ms, 0.5),
+            common.percentile(run.latencies_ms, 0.99),
+        )
         print(
             f"  {name:<16}{run.rate:>9,.0f}{p50:>8.1f} ms{p99:>8.1f} ms"
             f"{max(run.latencies_ms):>8.1f} ms"
@@ -722,7 +711,7 @@ def _print_servers(results: Results) -> None:
 
 def _print_targets(results: Results) -> None:
     ratio = results.ratio
-    p99 = percentile(results.serve.latencies_ms, 0.99)
+    p99 = common.percentile(results.serve.latencies_ms, 0.99)
     print("\n  targets")
     _print_target(
         "ratio handoff serve / bare Bolt",
@@ -740,7 +729,7 @@ def _print_targets(results: Results) -> None:
         if not values:
             _print_target(label, "-", f"< {RESUME_P50_TARGET_MS:.0f} ms", None)
             continue
-        p50 = percentile(values, 0.5)
+        p50 = common.percentile(values, 0.5)
         _print_target(
             label, f"{p50:.1f} ms", f"< {RESUME_P50_TARGET_MS:.0f} ms", p50 < RESUME_P50_TARGET_MS
         )
@@ -835,8 +824,8 @@ def start_rig(options: Options, url: str, namespace: str, cleanup: contextlib.Ex
     queue = namespace
     redis = Redis.from_url(url)
     cleanup.callback(redis.close)
-    cleanup.callback(delete_queue, redis, queue)
-    cleanup.callback(delete_namespace, redis, namespace)
+    cleanup.callback(common.delete_queue, redis, queue)
+    cleanup.callback(common.delete_namespace, redis, namespace)
     standin = SlackStandIn(
         signing_secret=SIGNING_SECRET,
         bot_token=BOT_TOKEN,
@@ -864,12 +853,12 @@ def start_rig(options: Options, url: str, namespace: str, cleanup: contextlib.Ex
     wait_until_answering(processes, "serve", f"http://{HOST}:{serve_port}{HEALTH_PATH}")
     wait_until_answering(processes, "bare", f"http://{HOST}:{bare_port}{EVENTS_PATH}")
     wait_for_workers(redis, processes, worker_names)
-    progress(f"servers and workers up; logs in {processes.log_dir}")
+    common.progress(f"servers and workers up; logs in {processes.log_dir}")
     return Rig(
         options=options,
         redis=redis,
         handoffs=Handoffs(redis, namespace=namespace),
-        recorder=Recorder(redis, bench_key(namespace, "clicks")),
+        recorder=Recorder(redis, common.bench_key(namespace, "clicks")),
         standin=standin,
         processes=processes,
         queue=make_queue(redis, queue),
@@ -885,11 +874,11 @@ def prepare_clicks(rig: Rig) -> tuple[list[str], list[bytes]]:
     options = rig.options
     total = options.warmup + options.clicks + options.idle_samples
     ids = create_handoffs(rig.handoffs, total, rig.recorder.base)
-    progress(f"created {total:,} handoffs; waiting for the workers to post them")
+    common.progress(f"created {total:,} handoffs; waiting for the workers to post them")
     posted = wait_until_posted(rig.handoffs, ids, rig.processes, options.timeout)
     sink_url = f"http://{HOST}:{rig.bare_port}{EVENTS_PATH}"
     bodies = record_click_bodies(rig.standin, posted, sink_url)
-    progress(f"recorded {len(bodies):,} click bodies")
+    common.progress(f"recorded {len(bodies):,} click bodies")
     return ids, bodies
 
 
@@ -929,13 +918,13 @@ def run_rounds(rig: Rig, ids: Sequence[str], bodies: Sequence[bytes], resumed: i
                 with rounds.bare_cpu.measure():
                     run = send_clicks(rig.bare_port, bodies[share], options.concurrency)
                 rounds.bare.append(run)
-                progress(f"round {number + 1}: bare Bolt {run.rate:,.0f} req/s")
+                common.progress(f"round {number + 1}: bare Bolt {run.rate:,.0f} req/s")
                 continue
             started = time.monotonic()
             with rounds.serve_cpu.measure():
                 run = send_clicks(rig.serve_port, bodies[share], options.concurrency)
             rounds.serve.append(run)
-            progress(f"round {number + 1}: handoff serve {run.rate:,.0f} req/s; resuming")
+            common.progress(f"round {number + 1}: handoff serve {run.rate:,.0f} req/s; resuming")
             resumed += len(run.statuses)
             if not wait_until_quiet(rig, resumed):
                 rounds.finished = False
@@ -1004,7 +993,7 @@ def measure(rig: Rig, ids: list[str], bodies: list[bytes], server: str) -> Resul
 
 def run(server: RedisServer, options: Options) -> Results:
     """Run the benchmark on ``server``; stop every process and delete the run's keys."""
-    namespace = f"benchclicks{uuid.uuid4().hex[:12]}"  # also the RQ queue's name
+    namespace = common.new_namespace("benchclicks")  # also the RQ queue's name
     with contextlib.ExitStack() as cleanup:
         rig = start_rig(options, server.url, namespace, cleanup)
         ids, bodies = prepare_clicks(rig)
@@ -1015,9 +1004,8 @@ def run(server: RedisServer, options: Options) -> Results:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options."""
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.clicks",
-        description="Approve clicks against `handoff serve` and a bare Bolt app; print rates.",
+    parser = common.argument_parser(
+        "bench.clicks", "Approve clicks against `handoff serve` and a bare Bolt app; print rates."
     )
     defaults = Options()
     sizes = {
@@ -1030,10 +1018,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "threads": "threads per gunicorn worker",
         "workers": "`handoff worker` processes",
     }
-    for name, help_text in sizes.items():
-        option = "--" + name.replace("_", "-")
-        parser.add_argument(option, type=int, default=getattr(defaults, name), help=help_text)
-    add_redis_option(parser)
+    common.add_options(parser, defaults, sizes)
+    common.add_redis_option(parser)
     parser.add_argument(
         "--timeout",
         type=float,
@@ -1055,15 +1041,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; 0 when every check passed, 1 otherwise (130 when interrupted,
     after stopping the processes and deleting the run's keys)."""
-    args = parse_args(argv)
-
-    def measure_and_print() -> int:
-        with redis_server(args.redis_url) as server:
-            results = run(server, options_from(Options, args))
-        results.print_report()
-        return 1 if results.problems else 0
-
-    return run_main(measure_and_print)
+    return common.measure_and_print(parse_args(argv), Options, run, interruptible=True)
 
 
 if __name__ == "__main__":

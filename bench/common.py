@@ -23,6 +23,7 @@ import math
 import os
 import signal
 import sys
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,9 +122,11 @@ def latency_figures(
 class Report(Protocol):
     """What ``run(server, options)`` of every benchmark returns."""
 
-    problems: list[str]
-    """Checks the run broke (a resume ran twice, a click got a 500, ...); not missed
-    targets, which are figures, not failures."""
+    @property
+    def problems(self) -> list[str]:
+        """Checks the run broke (a resume ran twice, a click got a 500, ...); not missed
+        targets, which are figures, not failures."""
+        ...
 
     def figures(self) -> list[Figure]:
         """The rows this benchmark adds to ``bench/run_all``'s table."""
@@ -201,12 +204,68 @@ def add_redis_option(parser: argparse.ArgumentParser) -> None:
 
 
 OptionsT = TypeVar("OptionsT")
+ReportT = TypeVar("ReportT", bound=Report)
+
+
+def argument_parser(module: str, description: str) -> argparse.ArgumentParser:
+    """The parser of ``python -m <module>`` (add ``--redis-url`` with ``add_redis_option``)."""
+    return argparse.ArgumentParser(prog=f"python -m {module}", description=description)
+
+
+def add_options(
+    parser: argparse.ArgumentParser,
+    defaults: object,
+    helps: dict[str, str],
+    *,
+    kind: Callable[[str], Any] = int,
+) -> None:
+    """``--<name>`` (``_`` as ``-``) of type ``kind`` per field name of ``helps``, defaulting
+    to that field of ``defaults`` (an ``Options``), in the order of ``helps``."""
+    for name, help_text in helps.items():
+        parser.add_argument(
+            "--" + name.replace("_", "-"),
+            type=kind,
+            default=getattr(defaults, name),
+            help=help_text,
+        )
 
 
 def options_from(cls: type[OptionsT], args: argparse.Namespace) -> OptionsT:
     """An ``Options`` dataclass filled from the parsed arguments of the same names."""
     names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
     return cls(**{name: getattr(args, name) for name in names})
+
+
+def no_problems(report: Report) -> bool:
+    """The default verdict of ``measure_and_print``: the run broke no check."""
+    return not report.problems
+
+
+def all_targets_met(report: Report) -> bool:
+    """A verdict for ``measure_and_print``: every figure of the report meets its target."""
+    return all(figure.met for figure in report.figures())
+
+
+def measure_and_print(
+    args: argparse.Namespace,
+    options_cls: type[OptionsT],
+    run: Callable[[RedisServer, OptionsT], ReportT],
+    *,
+    passed: Callable[[ReportT], bool] = no_problems,
+    interruptible: bool = False,
+) -> int:
+    """A benchmark's ``main`` after parsing ``args``: ``run`` it on the Redis of
+    ``--redis-url`` with the ``options_cls`` the arguments give, print its report; 0 when
+    ``passed(report)``, 1 otherwise. ``interruptible``: through ``run_main`` (a SIGTERM
+    or Ctrl-C stops it cleanly and returns 130)."""
+
+    def measure() -> int:
+        with redis_server(args.redis_url) as server:
+            report = run(server, options_from(options_cls, args))
+        report.print_report()
+        return 0 if passed(report) else 1
+
+    return run_main(measure) if interruptible else measure()
 
 
 def run_main(run: Callable[[], int]) -> int:
@@ -225,6 +284,24 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 
 
 # -- cleaning up only what a benchmark wrote ---------------------------------------------
+
+
+def new_namespace(prefix: str, hex_digits: int = 12) -> str:
+    """A fresh random namespace of a run: ``prefix`` and ``hex_digits`` random hex digits."""
+    return f"{prefix}{uuid.uuid4().hex[:hex_digits]}"
+
+
+@contextlib.contextmanager
+def namespaced_client(server: RedisServer, prefix: str) -> Iterator[tuple[Redis, str]]:
+    """A client of ``server`` and a fresh namespace (``new_namespace(prefix)``); on exit
+    the namespace's keys are deleted and the client closed."""
+    namespace = new_namespace(prefix)
+    redis = server.client()
+    try:
+        yield redis, namespace
+    finally:
+        delete_namespace(redis, namespace)
+        redis.close()
 
 
 def bench_key(namespace: str, label: str) -> str:

@@ -33,7 +33,6 @@ import statistics
 import sys
 import tempfile
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
@@ -43,16 +42,8 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 from redis import Redis
 
-from bench.common import (
-    Figure,
-    RedisServer,
-    Target,
-    add_redis_option,
-    delete_namespace,
-    load_average,
-    options_from,
-    redis_server,
-)
+from bench import common
+from bench.common import Figure, RedisServer, Target
 from store.models import Handoff
 from worker.adapters.langgraph import LangGraphHandoffs, resume_thread
 from worker.adapters.pauses import forget_built
@@ -136,7 +127,7 @@ class TimedHandoffs(Handoffs):
 def time_resumes(redis: Redis, rounds: int, warmup: int) -> tuple[Samples, Samples, list[float]]:
     """Time ``rounds`` resumes each way (after ``warmup``): direct, adapter, and the part
     of each adapter resume spent creating the next handoff."""
-    namespace = f"benchlg{uuid.uuid4().hex[:10]}"
+    namespace = common.new_namespace("benchlg", 10)
     handoffs = TimedHandoffs(redis, namespace=namespace)
     adapter = LangGraphHandoffs(handoffs, GRAPH_FACTORY)
     total = rounds + warmup
@@ -174,7 +165,7 @@ def time_resumes(redis: Redis, rounds: int, warmup: int) -> tuple[Samples, Sampl
         _check_same_run(graph, {"configurable": {"thread_id": "adapter"}}, total)
         return direct, through_adapter, creating
     finally:
-        delete_namespace(redis, namespace)
+        common.delete_namespace(redis, namespace)
 
 
 def _check_same_run(graph: Any, config: dict[str, Any], total: int) -> None:
@@ -256,7 +247,9 @@ def _print_report(result: LangGraphReport) -> None:
     ratio_resume_only = median(without_handoff) / median(direct.wall)
     ok = ratio <= RATIO_TARGET
     print("LangGraph resume: through the adapter vs graph.invoke(Command(resume=...)) directly")
-    print(f"  redis: {result.server}; load average {load_average()} on {os.cpu_count()} cores")
+    print(
+        f"  redis: {result.server}; load average {common.load_average()} on {os.cpu_count()} cores"
+    )
     print(f"  checkpointer: SqliteSaver on {result.checkpoints}, durability='sync' for both")
     print("  graph: review (interrupt) -> act -> review ..., two threads, rounds alternate")
     print("  timed, per resume, in this process:")
@@ -286,22 +279,16 @@ def _print_report(result: LangGraphReport) -> None:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Command-line options."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_redis_option(parser)
-    defaults = Options()
-    parser.add_argument(
-        "--rounds", type=int, default=defaults.rounds, help="timed resumes each way"
+    common.add_redis_option(parser)
+    common.add_options(
+        parser, Options(), {"rounds": "timed resumes each way", "warmup": "untimed resumes first"}
     )
-    parser.add_argument("--warmup", type=int, default=defaults.warmup, help="untimed resumes first")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; 0 when the ratio meets the target, 1 otherwise."""
-    args = parse_args(argv)
-    with redis_server(args.redis_url) as server:
-        result = run(server, options_from(Options, args))
-    result.print_report()
-    return 0 if all(figure.met for figure in result.figures()) else 1
+    return common.measure_and_print(parse_args(argv), Options, run, passed=common.all_targets_met)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,6 @@ import pstats
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -42,23 +41,8 @@ from typing import Any, Literal
 from redis import Redis
 from rq.registry import FailedJobRegistry, FinishedJobRegistry
 
-from bench.common import (
-    Figure,
-    RedisServer,
-    Target,
-    add_redis_option,
-    bench_key,
-    delete_namespace,
-    delete_queue,
-    latency_figures,
-    load_average,
-    options_from,
-    percentile,
-    progress,
-    redis_server,
-    run_main,
-    unlink_matching,
-)
+from bench import common
+from bench.common import Figure, RedisServer, Target
 from bench.processes import Processes, subprocess_env, wait_for_workers
 from bench.targets import METADATA_KEY, RESUME_TARGET, count_key, ids_key, latency_key
 from store.keys import KeySpace
@@ -245,7 +229,7 @@ class Measurement:
 def create_decide_work(redis: Redis, namespace: str) -> Callable[[int], None]:
     """Work item ``i``: create handoff ``i`` and approve it."""
     handoffs = Handoffs(redis, namespace=namespace)
-    key = bench_key(namespace, "phase1")
+    key = common.bench_key(namespace, "phase1")
 
     def create_and_decide(i: int) -> None:
         approve(handoffs, create_handoff(handoffs, i, key).id)
@@ -267,7 +251,7 @@ def raw_work(redis: Redis, namespace: str, value: bytes) -> Callable[[int], None
 def request_size(redis: Redis, namespace: str) -> int:
     """Bytes of one stored request JSON, the size the raw baseline's values get."""
     handoffs = Handoffs(redis, namespace=namespace)
-    handoff = create_handoff(handoffs, 0, bench_key(namespace, "size"))
+    handoff = create_handoff(handoffs, 0, common.bench_key(namespace, "size"))
     return int(redis.hstrlen(handoffs.store.keys.handoff(handoff.id), "request"))
 
 
@@ -301,19 +285,19 @@ def run_phase_one(redis: Redis, tag: str, options: Options) -> PhaseOne:
         run_threads(raw_work(redis, warmup, value), options.warmup, options.concurrency)
         run_threads(create_decide_work(redis, warmup), options.warmup, options.concurrency)
     finally:
-        delete_namespace(redis, warmup)
+        common.delete_namespace(redis, warmup)
     result = PhaseOne(value_bytes, Measurement(), Measurement())
     for number in range(1, options.rounds + 1):
         namespace = f"{tag}p1r{number}"
         try:
             work = raw_work(redis, namespace, value)
             rate = result.raw.run_round(redis, work, options.count, options.concurrency)
-            progress(f"round {number}: raw SET+GET {rate:,.0f}/s")
+            common.progress(f"round {number}: raw SET+GET {rate:,.0f}/s")
             work = create_decide_work(redis, namespace)
             rate = result.handoffs.run_round(redis, work, options.count, options.concurrency)
-            progress(f"round {number}: create+decide {rate:,.0f}/s")
+            common.progress(f"round {number}: create+decide {rate:,.0f}/s")
         finally:
-            delete_namespace(redis, namespace)
+            common.delete_namespace(redis, namespace)
     for threads in options.other_concurrencies:
         raw, made = Measurement(), Measurement()
         for number in range(1, options.rounds + 1):
@@ -323,8 +307,10 @@ def run_phase_one(redis: Redis, tag: str, options: Options) -> PhaseOne:
                 work = create_decide_work(redis, namespace)
                 made.run_round(redis, work, options.count, threads)
             finally:
-                delete_namespace(redis, namespace)
-        progress(f"{threads} threads: raw {raw.rate:,.0f}/s, create+decide {made.rate:,.0f}/s")
+                common.delete_namespace(redis, namespace)
+        common.progress(
+            f"{threads} threads: raw {raw.rate:,.0f}/s, create+decide {made.rate:,.0f}/s"
+        )
         result.other_concurrencies[threads] = (raw.rate, made.rate)
     return result
 
@@ -332,7 +318,7 @@ def run_phase_one(redis: Redis, tag: str, options: Options) -> PhaseOne:
 def profile_create_decide(redis: Redis, namespace: str, count: int) -> None:
     """Print where one thread's time goes while creating and approving ``count`` handoffs."""
     handoffs = Handoffs(redis, namespace=namespace)
-    key = bench_key(namespace, "profile")
+    key = common.bench_key(namespace, "profile")
     profiler = cProfile.Profile()
     try:
         profiler.enable()
@@ -340,7 +326,7 @@ def profile_create_decide(redis: Redis, namespace: str, count: int) -> None:
             approve(handoffs, create_handoff(handoffs, i, key).id)
         profiler.disable()
     finally:
-        delete_namespace(redis, namespace)
+        common.delete_namespace(redis, namespace)
     print(f"\nprofile of {count} create+decide calls in one thread (top 25 by own time):")
     pstats.Stats(profiler, stream=sys.stdout).sort_stats("tottime").print_stats(25)
 
@@ -432,7 +418,7 @@ def run_phase_two(redis: Redis, redis_url: str, tag: str, options: Options) -> P
     namespace = queue = f"{tag}life"
     handoffs = Handoffs(redis, namespace=namespace)
     keys = handoffs.store.keys
-    bulk, idle, warm = (bench_key(namespace, label) for label in ("bulk", "idle", "warm"))
+    bulk, idle, warm = (common.bench_key(namespace, label) for label in ("bulk", "idle", "warm"))
     result = PhaseTwo()
     processes = Processes("handoff-bench-")
     try:
@@ -440,7 +426,7 @@ def run_phase_two(redis: Redis, redis_url: str, tag: str, options: Options) -> P
         # One handoff all the way through: the dispatcher and the target's import are
         # ready before the clock starts.
         idle_latencies(handoffs, warm, 1)
-        progress(f"{options.workers} workers ready; logs in {processes.log_dir}")
+        common.progress(f"{options.workers} workers ready; logs in {processes.log_dir}")
 
         ids = [""] * options.count
 
@@ -496,7 +482,9 @@ def wait_for_lifecycle(redis: Redis, outbox: str, counter: str, options: Options
         if resumed >= options.count and outstanding == 0:
             return True
         if time.monotonic() >= next_report:
-            progress(f"resumed {resumed:,}/{options.count:,}, {outstanding:,} tasks outstanding")
+            common.progress(
+                f"resumed {resumed:,}/{options.count:,}, {outstanding:,} tasks outstanding"
+            )
             next_report += PROGRESS_EVERY_SECONDS
         time.sleep(POLL_SECONDS)
     return False
@@ -555,7 +543,7 @@ def describe_latency(values: list[float]) -> str:
     """``p50 12 ms, p99 40 ms, max 55 ms (n=5000)``."""
     if not values:
         return "-"
-    p50, p99, top = percentile(values, 0.5), percentile(values, 0.99), max(values)
+    p50, p99, top = common.percentile(values, 0.5), common.percentile(values, 0.99), max(values)
     return f"p50 {_ms(p50)}, p99 {_ms(p99)}, max {_ms(top)} (n={len(values)})"
 
 
@@ -607,7 +595,9 @@ class LifecycleReport:
             rate = self.options.count / two.total_seconds if two.finished else math.nan
             figures += [
                 Figure(f"create -> delivered + resumed, {workers} workers", rate, "/s"),
-                *latency_figures("decided -> resume started, idle workers", two.idle_latencies),
+                *common.latency_figures(
+                    "decided -> resume started, idle workers", two.idle_latencies
+                ),
             ]
         return figures
 
@@ -622,7 +612,9 @@ def print_report(server: str, options: Options, one: PhaseOne | None, two: Phase
     print(f"\nslack-handoff lifecycle benchmark — {server}")
     print(f"  {n:,} handoffs, {options.concurrency} client threads, {options.workers} workers")
     # Other processes on the machine skew wall-clock rates; say how busy it was.
-    print(f"  {os.cpu_count()} CPUs; load average (1, 5, 15 min) at the end: {load_average()}")
+    print(
+        f"  {os.cpu_count()} CPUs; load average (1, 5, 15 min) at the end: {common.load_average()}"
+    )
     if one is not None:
         met = "met" if one.ratio >= RATIO_TARGET else "NOT met"
         raw, made = one.raw, one.handoffs
@@ -685,7 +677,7 @@ def print_report(server: str, options: Options, one: PhaseOne | None, two: Phase
 
 def run(server: RedisServer, options: Options) -> LifecycleReport:
     """Run the phases ``options`` asks for on ``server``; delete the run's keys after."""
-    tag = f"bench{uuid.uuid4().hex[:12]}"
+    tag = common.new_namespace("bench")
     redis = server.client()
     try:
         one = run_phase_one(redis, tag, options) if options.phase in ("both", "1") else None
@@ -702,14 +694,13 @@ def run(server: RedisServer, options: Options) -> LifecycleReport:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options."""
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.lifecycle",
-        description="Create, decide and resume handoffs through real workers; print rates.",
+    parser = common.argument_parser(
+        "bench.lifecycle",
+        "Create, decide and resume handoffs through real workers; print rates.",
     )
     defaults = Options()
-    parser.add_argument("--count", type=int, default=defaults.count, help="handoffs per phase")
-    parser.add_argument(
-        "--concurrency", type=int, default=defaults.concurrency, help="client threads"
+    common.add_options(
+        parser, defaults, {"count": "handoffs per phase", "concurrency": "client threads"}
     )
     parser.add_argument(
         "--other-concurrencies",
@@ -718,25 +709,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="N,N,...",
         help="client-thread counts also measured, for information ('' for none)",
     )
-    parser.add_argument(
-        "--workers", type=int, default=defaults.workers, help="`handoff worker` processes"
-    )
-    add_redis_option(parser)
-    parser.add_argument(
-        "--rounds", type=int, default=defaults.rounds, help="alternating rounds of phase 1"
-    )
-    parser.add_argument(
-        "--warmup", type=int, default=defaults.warmup, help="untimed calls before phase 1"
-    )
-    parser.add_argument(
-        "--latency-samples",
-        type=int,
-        default=defaults.latency_samples,
-        help="handoffs decided one by one at the end",
-    )
-    parser.add_argument(
-        "--timeout", type=float, default=defaults.timeout, help="seconds to wait for resumes"
-    )
+    common.add_options(parser, defaults, {"workers": "`handoff worker` processes"})
+    common.add_redis_option(parser)
+    sizes = {
+        "rounds": "alternating rounds of phase 1",
+        "warmup": "untimed calls before phase 1",
+        "latency_samples": "handoffs decided one by one at the end",
+    }
+    common.add_options(parser, defaults, sizes)
+    common.add_options(parser, defaults, {"timeout": "seconds to wait for resumes"}, kind=float)
     parser.add_argument(
         "--phase", choices=["both", "1", "2"], default=defaults.phase, help="which phases to run"
     )
@@ -762,23 +743,15 @@ def _thread_counts(text: str) -> tuple[int, ...]:
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; 0 when every resume ran exactly once, 1 otherwise (130 when
     interrupted, after stopping the workers and deleting the run's keys)."""
-    args = parse_args(argv)
-
-    def measure_and_print() -> int:
-        with redis_server(args.redis_url) as server:
-            report = run(server, options_from(Options, args))
-        report.print_report()
-        return 1 if report.problems else 0
-
-    return run_main(measure_and_print)
+    return common.measure_and_print(parse_args(argv), Options, run, interruptible=True)
 
 
 def _delete_run_keys(redis: Redis, tag: str) -> None:
     for namespace in (f"{tag}warm", f"{tag}prof", f"{tag}life"):
-        delete_namespace(redis, namespace)
+        common.delete_namespace(redis, namespace)
     # Round namespaces are deleted as each round ends; this catches an interrupted one.
-    unlink_matching(redis, "{" + tag + "p1r*")
-    delete_queue(redis, f"{tag}life")
+    common.unlink_matching(redis, "{" + tag + "p1r*")
+    common.delete_queue(redis, f"{tag}life")
 
 
 if __name__ == "__main__":

@@ -35,7 +35,6 @@ import argparse
 import contextlib
 import sys
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,18 +46,8 @@ from slack_bolt.request import BoltRequest
 from slack_sdk import WebClient
 from slack_sdk.signature import SignatureVerifier
 
-from bench.common import (
-    Figure,
-    RedisServer,
-    Target,
-    add_redis_option,
-    delete_namespace,
-    load_average,
-    options_from,
-    percentile,
-    progress,
-    redis_server,
-)
+from bench import common
+from bench.common import Figure, RedisServer, Target
 from bot.access.reviewers import ReviewerPolicy
 from bot.app import create_app
 from bot.blockkit.replies import render_listing
@@ -173,7 +162,7 @@ def fill(redis: Redis, store: HandoffStore, count: int) -> float:
             script.queue(pipe, keys=capture.keys or [], args=capture.args or [])
         pipe.execute()
         if (first // CREATE_BATCH) % 20 == 19:
-            progress(f"{first + CREATE_BATCH:,} created")
+            common.progress(f"{first + CREATE_BATCH:,} created")
     return time.perf_counter() - started
 
 
@@ -190,11 +179,11 @@ class Timing:
     cpu_millis: list[float]
 
     def line(self) -> str:
-        p50, p99 = percentile(self.millis, 0.5), percentile(self.millis, 0.99)
+        p50, p99 = common.percentile(self.millis, 0.5), common.percentile(self.millis, 0.99)
         verdict = "met" if p99 < TARGET_MS else "NOT met"
         return (
             f"  {self.label:<48}p50 {p50:6.1f} ms   p99 {p99:6.1f} ms   "
-            f"CPU p50 {percentile(self.cpu_millis, 0.5):5.1f} ms   "
+            f"CPU p50 {common.percentile(self.cpu_millis, 0.5):5.1f} ms   "
             f"(target < {TARGET_MS:.0f} ms: {verdict})"
         )
 
@@ -291,7 +280,7 @@ class ListingReport:
         return [
             Figure(
                 f"{timing.label} p99, {count}",
-                percentile(timing.millis, 0.99),
+                common.percentile(timing.millis, 0.99),
                 "ms",
                 Target("<", TARGET_MS),
             )
@@ -303,7 +292,7 @@ class ListingReport:
         options = self.options
         print(f"\nslack-handoff listing benchmark: {options.count:,} pending handoffs")
         print(f"  {self.server}")
-        print(f"  filled in {self.fill_seconds:.1f} s; load average {load_average()}")
+        print(f"  filled in {self.fill_seconds:.1f} s; load average {common.load_average()}")
         print(
             f"  reviewer {VIEWER}: {self.own_pending:,} own, group S0BENCH0 "
             f"{self.group_pending:,}, {options.count // 10:,} naming no reviewers; their "
@@ -324,7 +313,7 @@ class ListingReport:
             "  /handoff stats 7d, once (reads the whole audit stream of the window): "
             f"{self.stats_ms:.0f} ms"
         )
-        missed = [t.label for t in self.timings if percentile(t.millis, 0.99) >= TARGET_MS]
+        missed = [t.label for t in self.timings if common.percentile(t.millis, 0.99) >= TARGET_MS]
         print("\nOK: every p99 under the target" if not missed else f"\nNOT met: {missed}")
 
 
@@ -341,7 +330,7 @@ def run(server: RedisServer, options: Options) -> ListingReport:
 
 
 def _run(redis: Redis, slack: SlackStandIn, options: Options, server: str) -> ListingReport:
-    namespace = f"benchlist{uuid.uuid4().hex[:12]}"
+    namespace = common.new_namespace("benchlist")
     store = HandoffStore(redis, StoreConfig(namespace=namespace))
     client = WebClient(token=slack.bot_token, base_url=slack.api_url)
     reviewers = ReviewerPolicy(
@@ -349,9 +338,9 @@ def _run(redis: Redis, slack: SlackStandIn, options: Options, server: str) -> Li
     )
     deps = HandlerDeps(store=store, reviewers=reviewers)
     try:
-        progress(f"creating {options.count:,} pending handoffs in namespace {namespace}")
+        common.progress(f"creating {options.count:,} pending handoffs in namespace {namespace}")
         seconds = fill(redis, store, options.count)
-        progress(f"created in {seconds:.1f} s ({options.count / seconds:,.0f}/s)")
+        common.progress(f"created in {seconds:.1f} s ({options.count / seconds:,.0f}/s)")
         if store.count_pending() != options.count:
             raise RuntimeError(f"{store.count_pending()} pending, expected {options.count}")
         mine = store.list_pending(store.keys.pending_by_reviewer(VIEWER), limit=10).items
@@ -418,8 +407,8 @@ def _run(redis: Redis, slack: SlackStandIn, options: Options, server: str) -> Li
         )
     finally:
         if not options.keep:
-            progress("deleting the namespace")
-            delete_namespace(redis, namespace)
+            common.progress("deleting the namespace")
+            common.delete_namespace(redis, namespace)
 
 
 def _text(values: list[Any]) -> str:
@@ -429,25 +418,21 @@ def _text(values: list[Any]) -> str:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line."""
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.listing", description=__doc__.split("\n\n")[0] if __doc__ else ""
-    )
-    defaults = Options()
-    parser.add_argument("--count", type=int, default=defaults.count, help="pending handoffs")
-    parser.add_argument("--runs", type=int, default=defaults.runs, help="timed runs per scenario")
-    parser.add_argument("--warmup", type=int, default=defaults.warmup, help="untimed runs first")
-    add_redis_option(parser)
+    parser = common.argument_parser("bench.listing", __doc__.split("\n\n")[0] if __doc__ else "")
+    helps = {
+        "count": "pending handoffs",
+        "runs": "timed runs per scenario",
+        "warmup": "untimed runs first",
+    }
+    common.add_options(parser, Options(), helps)
+    common.add_redis_option(parser)
     parser.add_argument("--keep", action="store_true", help="keep the namespace afterwards")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; 0 when every p99 is under the target, 1 otherwise."""
-    args = parse_args(argv)
-    with redis_server(args.redis_url) as server:
-        report = run(server, options_from(Options, args))
-    report.print_report()
-    return 0 if all(figure.met for figure in report.figures()) else 1
+    return common.measure_and_print(parse_args(argv), Options, run, passed=common.all_targets_met)
 
 
 if __name__ == "__main__":

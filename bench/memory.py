@@ -41,18 +41,8 @@ from typing import Any
 
 from redis import Redis
 
-from bench.common import (
-    Figure,
-    RedisServer,
-    Target,
-    add_redis_option,
-    delete_namespace,
-    load_average,
-    options_from,
-    progress,
-    redis_server,
-    unlink_matching,
-)
+from bench import common
+from bench.common import Figure, RedisServer, Target
 from bench.targets import RESUME_TARGET
 from store.ids import new_handoff_id
 from store.keys import KeySpace
@@ -272,7 +262,7 @@ def hash_anatomy(
             anatomy.recreated_encoding[limit] = _text(redis.object("encoding", f"{scratch}0"))
     finally:
         redis.config_set(_LISTPACK_VALUE, anatomy.listpack_limit)
-        unlink_matching(redis, f"{scratch}*")
+        common.unlink_matching(redis, f"{scratch}*")
     return anatomy
 
 
@@ -323,7 +313,7 @@ class MemoryReport:
         print(
             f"  {options.count:,} pending approvals, context + payload "
             f"{options.payload_bytes} B each, a distinct run each, 20 channels, 200 "
-            f"reviewers; load average {load_average()}"
+            f"reviewers; load average {common.load_average()}"
         )
         print(f"\n  bytes per handoff{'':<31}{'created':>10}{'posted':>10}")
         for kind in sorted(set(created.usage_by_kind) | set(posted.usage_by_kind)):
@@ -368,41 +358,32 @@ class MemoryReport:
 
 def run(server: RedisServer, options: Options) -> MemoryReport:
     """Create and post ``options.count`` handoffs in a fresh namespace; measure; delete."""
-    namespace = f"benchmem{uuid.uuid4().hex[:12]}"
-    redis = server.client()
-    store = HandoffStore(redis, StoreConfig(namespace=namespace))
-    try:
+    with common.namespaced_client(server, "benchmem") as (redis, namespace):
+        store = HandoffStore(redis, StoreConfig(namespace=namespace))
         request_for(0, options.payload_bytes)  # a too small --payload-bytes fails here
         baseline = used_memory(redis)
-        progress(f"creating {options.count:,} handoffs in namespace {namespace}")
+        common.progress(f"creating {options.count:,} handoffs in namespace {namespace}")
         ids = create_all(store, options)
         created = snapshot(redis, namespace, "created", baseline, options.count)
-        progress("delivering them")
+        common.progress("delivering them")
         deliver_all(store, ids)
         posted = snapshot(redis, namespace, "posted", baseline, options.count)
         may_configure = server.embedded or options.try_encodings
         anatomy = hash_anatomy(redis, store, ids, may_configure=may_configure)
         return MemoryReport(server.description, options, created, posted, anatomy)
-    finally:
-        delete_namespace(redis, namespace)
-        redis.close()
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options."""
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.memory",
-        description="Redis memory per pending handoff; print the breakdown.",
+    parser = common.argument_parser(
+        "bench.memory", "Redis memory per pending handoff; print the breakdown."
     )
-    defaults = Options()
-    parser.add_argument("--count", type=int, default=defaults.count, help="pending handoffs")
-    parser.add_argument(
-        "--payload-bytes",
-        type=int,
-        default=defaults.payload_bytes,
-        help="context + payload of each handoff",
+    common.add_options(
+        parser,
+        Options(),
+        {"count": "pending handoffs", "payload_bytes": "context + payload of each handoff"},
     )
-    add_redis_option(parser)
+    common.add_redis_option(parser)
     parser.add_argument(
         "--try-encodings",
         action="store_true",
@@ -416,11 +397,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; 0 when a posted handoff takes at most the target, 1 otherwise."""
-    args = parse_args(argv)
-    with redis_server(args.redis_url) as server:
-        report = run(server, options_from(Options, args))
-    report.print_report()
-    return 0 if report.figures()[0].met else 1
+    return common.measure_and_print(
+        parse_args(argv), Options, run, passed=lambda report: bool(report.figures()[0].met)
+    )
 
 
 if __name__ == "__main__":

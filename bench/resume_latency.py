@@ -34,23 +34,12 @@ import random
 import sys
 import threading
 import time
-import uuid
 from dataclasses import dataclass, field
 
 from redis import Redis
 
-from bench.common import (
-    Figure,
-    RedisServer,
-    add_redis_option,
-    delete_namespace,
-    latency_figures,
-    load_average,
-    options_from,
-    percentile,
-    progress,
-    redis_server,
-)
+from bench import common
+from bench.common import Figure, RedisServer
 from worker.client import Handoffs
 
 REVIEWER = "U0BENCHREVIEWER"
@@ -223,8 +212,8 @@ class ResumeLatencyReport:
         """The rows for ``bench/run_all``'s table (no targets: a comparison)."""
         interval = f"{self.options.poll_interval:g} s"
         return [
-            *latency_figures("click -> agent running, push (Handoffs.wait)", self.push_ms),
-            *latency_figures(
+            *common.latency_figures("click -> agent running, push (Handoffs.wait)", self.push_ms),
+            *common.latency_figures(
                 f"click -> agent running, polling get() every {interval}", self.poll_ms
             ),
         ]
@@ -235,7 +224,7 @@ class ResumeLatencyReport:
         print(f"\nslack-handoff resume latency — {self.server}")
         print(
             f"  {options.decisions} handoffs, one click each at a random moment within "
-            f"{options.window:g} s (seed {self.seed}); load average {load_average()}"
+            f"{options.window:g} s (seed {self.seed}); load average {common.load_average()}"
         )
         print("  from the click to the agent running again (its wait or poll returned):")
         print(f"  {'':<38}{'p50':>10}{'p90':>10}{'p99':>10}{'max':>10}")
@@ -244,9 +233,14 @@ class ResumeLatencyReport:
             (f"polling: get() every {options.poll_interval:g} s", self.poll_ms),
         )
         for label, values in rows:
-            shown = "".join(f"{_ms(percentile(values, q)):>10}" for q in (0.5, 0.9, 0.99, 1.0))
+            shown = "".join(
+                f"{_ms(common.percentile(values, q)):>10}" for q in (0.5, 0.9, 0.99, 1.0)
+            )
             print(f"    {label:<36}{shown}")
-        push_p50, poll_p50 = percentile(self.push_ms, 0.5), percentile(self.poll_ms, 0.5)
+        push_p50, poll_p50 = (
+            common.percentile(self.push_ms, 0.5),
+            common.percentile(self.poll_ms, 0.5),
+        )
         if push_p50 > 0:
             print(f"  the median agent runs again {poll_p50 / push_p50:,.0f}x sooner with push")
         print(
@@ -268,10 +262,8 @@ def run(server: RedisServer, options: Options) -> ResumeLatencyReport:
     """Create the handoffs, start both agents of each, click, collect; delete the keys."""
     seed = options.seed if options.seed is not None else random.randrange(2**32)
     chance = random.Random(seed)
-    namespace = f"benchresume{uuid.uuid4().hex[:12]}"
-    redis = server.client()
-    handoffs = Handoffs(redis, namespace=namespace)
-    try:
+    with common.namespaced_client(server, "benchresume") as (redis, namespace):
+        handoffs = Handoffs(redis, namespace=namespace)
         ids = [
             handoffs.request_approval(
                 run_id=f"bench-run-{i}",
@@ -292,7 +284,7 @@ def run(server: RedisServer, options: Options) -> ResumeLatencyReport:
         offsets = [chance.uniform(0, options.poll_interval) for _ in ids]
         polls = [first_poll(m, o, options, start) for m, o in zip(moments, offsets, strict=True)]
         threads += start_polling_agents(handoffs, ids, agents, polls, options, start + timeout)
-        progress(f"{len(ids)} push and {len(ids)} polling agents waiting; clicking")
+        common.progress(f"{len(ids)} push and {len(ids)} polling agents waiting; clicking")
         clicked = click_at_random_moments(handoffs, ids, moments)
         for thread in threads:
             thread.join(timeout=max(0.1, start + timeout - time.monotonic()))
@@ -309,32 +301,27 @@ def run(server: RedisServer, options: Options) -> ResumeLatencyReport:
         return ResumeLatencyReport(
             server.description, options, seed, push_ms, poll_ms, reads, problems
         )
-    finally:
-        delete_namespace(redis, namespace)
-        redis.close()
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options."""
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.resume_latency",
-        description="Click -> agent running again: Handoffs.wait() against polling get().",
+    parser = common.argument_parser(
+        "bench.resume_latency",
+        "Click -> agent running again: Handoffs.wait() against polling get().",
     )
     defaults = Options()
-    parser.add_argument(
-        "--decisions", type=int, default=defaults.decisions, help="handoffs decided"
-    )
-    parser.add_argument(
-        "--window", type=float, default=defaults.window, help="seconds the clicks spread over"
-    )
-    parser.add_argument(
-        "--poll-interval",
-        type=float,
-        default=defaults.poll_interval,
-        help="seconds between a polling agent's get() calls",
+    common.add_options(parser, defaults, {"decisions": "handoffs decided"})
+    common.add_options(
+        parser,
+        defaults,
+        {
+            "window": "seconds the clicks spread over",
+            "poll_interval": "seconds between a polling agent's get() calls",
+        },
+        kind=float,
     )
     parser.add_argument("--seed", type=int, default=None, help="random seed (default: fresh)")
-    add_redis_option(parser)
+    common.add_redis_option(parser)
     args = parser.parse_args(argv)
     if args.decisions < 1 or args.window <= 0 or args.poll_interval <= 0:
         parser.error("--decisions, --window and --poll-interval must be positive")
@@ -343,11 +330,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; 0 when every agent saw its decision, 1 otherwise."""
-    args = parse_args(argv)
-    with redis_server(args.redis_url) as server:
-        report = run(server, options_from(Options, args))
-    report.print_report()
-    return 1 if report.problems else 0
+    return common.measure_and_print(parse_args(argv), Options, run)
 
 
 if __name__ == "__main__":

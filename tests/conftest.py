@@ -16,6 +16,7 @@ import pytest
 from redis import Redis
 
 from store.repository import TaskPolicy
+from tests.support.policies import task_policy
 from worker.client import Handoffs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,15 +74,7 @@ def redis(redis_url: str) -> Iterator[Redis]:
 @pytest.fixture
 def fast_tasks() -> TaskPolicy:
     """Short timeouts and backoff so retry and lease tests finish in seconds."""
-    return TaskPolicy(
-        resume_max_attempts=3,
-        resume_timeout_seconds=5,
-        delivery_max_attempts=3,
-        delivery_timeout_seconds=5,
-        backoff_seconds=0.1,
-        backoff_max_seconds=0.5,
-        lease_grace_seconds=0.5,
-    )
+    return task_policy(attempts=3, timeout=5, backoff=(0.1, 0.5), lease_grace=0.5)
 
 
 @pytest.fixture
@@ -102,6 +95,14 @@ class WorkerProcesses:
         self, *, extra_env: dict[str, str] | None = None, args: Sequence[str] = ()
     ) -> subprocess.Popen[bytes]:
         """Start `handoff worker` with ``args`` (e.g. ``--fork``)."""
+        command = [sys.executable, "-m", "bot.cli", "worker"]
+        return self.spawn([*command, "--name", f"test-{time.monotonic_ns()}", *args], extra_env)
+
+    def spawn(
+        self, argv: Sequence[str], extra_env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        """Start ``argv`` (a `handoff worker`) on the test database, plus ``extra_env``;
+        its output goes to a log of its own, and ``stop_all`` kills it."""
         env = {
             **os.environ,
             "REDIS_URL": self.redis_url,
@@ -111,15 +112,7 @@ class WorkerProcesses:
         }
         log = open(self.log_dir / f"worker-{len(self.processes)}.log", "wb")  # noqa: SIM115
         process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "bot.cli",
-                "worker",
-                "--name",
-                f"test-{time.monotonic_ns()}",
-                *args,
-            ],
+            argv,
             env=env,
             cwd=ROOT,
             stdout=log,
@@ -155,11 +148,13 @@ def workers(redis: Redis, redis_url: str, tmp_path: Path) -> Iterator[WorkerProc
 
 def wait_until(
     condition: Callable[[], object], *, timeout: float = 20, interval: float = 0.05
-) -> None:
-    """Wait for ``condition()`` to be truthy; fail the test after ``timeout`` seconds."""
+) -> object:
+    """Wait for ``condition()`` to be truthy, and return it; fail the test after
+    ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if condition():
-            return
+        value = condition()
+        if value:
+            return value
         time.sleep(interval)
     raise AssertionError(f"condition not met within {timeout} s")

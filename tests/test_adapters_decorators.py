@@ -23,6 +23,7 @@ from redis import Redis
 from store.models import Handoff, Status, TaskState
 from tests.conftest import ROOT, WorkerProcesses, wait_until
 from tests.support import adapter_tools
+from tests.support.loop_ticks import LoopTicks
 from worker import ask_human, require_approval
 from worker.adapters.decorators import (
     APPROVED_CALL_TARGET,
@@ -293,19 +294,11 @@ def test_an_async_tool_stays_async_and_waits_without_blocking_the_loop(
     assert inspect.iscoroutinefunction(lookup)
 
     async def main() -> tuple[str, int]:
-        ticks = 0
-
-        async def ticker() -> None:
-            nonlocal ticks
-            while True:
-                await asyncio.sleep(0.01)
-                ticks += 1
-
-        task = asyncio.create_task(ticker())
+        ticks = LoopTicks()
+        ticks.start()
         await asyncio.sleep(0)
         result = await lookup("A-1")
-        task.cancel()
-        return result, ticks
+        return result, ticks.stop()
 
     Reviewer(handoffs, "approved", delay=0.3)
     result, ticks = asyncio.run(main())

@@ -4,7 +4,6 @@ thread reaches the right next step, once."""
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Iterator
@@ -18,10 +17,14 @@ from redis import Redis
 
 from store.exceptions import AlreadyDecided
 from store.models import Handoff, RequestType, Status, TaskState
-from store.repository import TaskPolicy
 from tests.conftest import WorkerProcesses, wait_until
 from tests.support import adapter_graphs as graphs
-from tests.support.preloaded_workers import kill_worker_and_horse, start_preloaded_worker
+from tests.support.adapter_runs import adapter_env, make_adapter, recorded
+from tests.support.preloaded_workers import (
+    hanging_once,
+    kill_worker_and_horse,
+    start_preloaded_worker,
+)
 from worker.adapters.langgraph import (
     RESUME_TARGET,
     InterruptShape,
@@ -30,7 +33,7 @@ from worker.adapters.langgraph import (
     resume_thread,
     review_items,
 )
-from worker.adapters.pauses import Pauses, PauseState, forget_built
+from worker.adapters.pauses import Pauses, PauseState
 from worker.client import Handoffs
 
 PRELOAD = ("langgraph.graph", "langgraph.checkpoint.sqlite", "tests.support.adapter_graphs")
@@ -41,25 +44,15 @@ HEX32 = re.compile(r"[0-9a-f]{32}")
 def graph_env(redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict]:
     """Environment of the graphs (same checkpoint file and Redis here and in workers)."""
     env = {"REDIS_URL": redis_url, graphs.CHECKPOINTS_ENV: str(tmp_path / "checkpoints.sqlite")}
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    forget_built()
-    yield env
-    forget_built()
+    yield from adapter_env(monkeypatch, env)
 
 
 def _adapter(handoffs: Handoffs, factory: str, **options: Any) -> LangGraphHandoffs:
-    return LangGraphHandoffs(
-        handoffs,
-        f"tests.support.adapter_graphs:{factory}",
-        channel="C0SUPPORT",
-        on_finish="tests.support.adapter_graphs:record_finish",
-        **options,
-    )
+    return make_adapter(LangGraphHandoffs, handoffs, graphs.__name__, factory, **options)
 
 
 def _finished(redis: Redis) -> list[dict[str, Any]]:
-    return [json.loads(raw) for raw in redis.lrange(graphs.FINISHED, 0, -1)]
+    return recorded(redis, graphs.FINISHED)
 
 
 def _by_type(handoffs: list[Handoff], kind: RequestType) -> Handoff:
@@ -147,11 +140,7 @@ def test_batched_tool_calls_resume_with_an_edit_and_a_rejection_reason(
 def test_worker_killed_mid_resume_finishes_the_thread_without_answering_twice(
     redis: Redis, workers: WorkerProcesses, graph_env: dict
 ) -> None:
-    policy = TaskPolicy(resume_max_attempts=3, resume_timeout_seconds=3, lease_grace_seconds=0.5)
-    handoffs = Handoffs(redis, tasks=policy)
-    redis.set(graphs.HANG_ONCE, "1")
-    for _ in range(2):  # one to hang and be killed, one to take over
-        start_preloaded_worker(workers, PRELOAD, extra_env=graph_env)
+    handoffs = hanging_once(redis, workers, PRELOAD, hang_key=graphs.HANG_ONCE, extra_env=graph_env)
     adapter = _adapter(handoffs, "build_refund_graph")
     [approval] = adapter.start({"request": {"order_id": "A-1"}}, thread_id="t-kill").handoffs
 

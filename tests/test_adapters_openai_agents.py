@@ -5,7 +5,6 @@ once, from its stored RunState, to the right output."""
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -16,10 +15,14 @@ from redis import Redis
 
 from store.exceptions import AlreadyDecided
 from store.models import RequestType, TaskState
-from store.repository import TaskPolicy
 from tests.conftest import WorkerProcesses, wait_until
 from tests.support import adapter_agents as agents
-from tests.support.preloaded_workers import kill_worker_and_horse, start_preloaded_worker
+from tests.support.adapter_runs import adapter_env, make_adapter, recorded
+from tests.support.preloaded_workers import (
+    hanging_once,
+    kill_worker_and_horse,
+    start_preloaded_worker,
+)
 from worker.adapters.openai_agents import (
     RESUME_TARGET,
     OpenAIAgentsHandoffs,
@@ -27,7 +30,6 @@ from worker.adapters.openai_agents import (
     ToolKind,
     resume_run,
 )
-from worker.adapters.pauses import forget_built
 from worker.client import Handoffs
 
 PRELOAD = ("agents", "tests.support.adapter_agents")
@@ -36,24 +38,15 @@ PRELOAD = ("agents", "tests.support.adapter_agents")
 @pytest.fixture
 def agent_env(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict]:
     """Environment of the agents' tools (the test Redis), here and in workers."""
-    monkeypatch.setenv("REDIS_URL", redis_url)
-    forget_built()
-    yield {"REDIS_URL": redis_url}
-    forget_built()
+    yield from adapter_env(monkeypatch, {"REDIS_URL": redis_url})
 
 
 def _adapter(handoffs: Handoffs, factory: str, **options: Any) -> OpenAIAgentsHandoffs:
-    return OpenAIAgentsHandoffs(
-        handoffs,
-        f"tests.support.adapter_agents:{factory}",
-        channel="C0SUPPORT",
-        on_finish="tests.support.adapter_agents:record_finish",
-        **options,
-    )
+    return make_adapter(OpenAIAgentsHandoffs, handoffs, agents.__name__, factory, **options)
 
 
 def _finished(redis: Redis) -> list[dict[str, Any]]:
-    return [json.loads(raw) for raw in redis.lrange(agents.FINISHED, 0, -1)]
+    return recorded(redis, agents.FINISHED)
 
 
 # -- through real workers ---------------------------------------------------------------
@@ -99,11 +92,7 @@ def test_two_approvals_continue_the_run_once_with_an_edit_and_a_rejection_messag
 def test_worker_killed_mid_resume_continues_the_run_without_running_a_tool_twice(
     redis: Redis, workers: WorkerProcesses, agent_env: dict
 ) -> None:
-    policy = TaskPolicy(resume_max_attempts=3, resume_timeout_seconds=3, lease_grace_seconds=0.5)
-    handoffs = Handoffs(redis, tasks=policy)
-    redis.set(agents.HANG_ONCE, "1")
-    for _ in range(2):  # one to hang and be killed, one to take over
-        start_preloaded_worker(workers, PRELOAD, extra_env=agent_env)
+    handoffs = hanging_once(redis, workers, PRELOAD, hang_key=agents.HANG_ONCE, extra_env=agent_env)
     adapter = _adapter(handoffs, "build_refund_agent")
     first, second = adapter.run_sync("Refund A-1 and B-2", run_id="run-kill").handoffs
 

@@ -12,6 +12,7 @@ import pytest
 from redis import Redis
 
 from tests.conftest import ROOT
+from tests.support.dev import dev_command, dev_env
 from tests.support.slack_env import free_port
 from worker.client import Handoffs
 
@@ -28,23 +29,9 @@ def _handoff(*args: str, env: dict[str, str], timeout: float = 120) -> subproces
 
 
 def test_dev_runs_the_demo_loop_on_an_embedded_redis(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
-    ports = [str(free_port()), str(free_port())]
     result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bot.cli",
-            "dev",
-            "--auto",
-            "--data-dir",
-            str(tmp_path / "data"),
-            "--port",
-            ports[0],
-            "--standin-port",
-            ports[1],
-        ],
-        env={**env, "PYTHONPATH": str(ROOT)},
+        dev_command(tmp_path / "data", free_port(), free_port()),
+        env=dev_env(),
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import os
 import subprocess
 import sys
@@ -38,6 +37,7 @@ from store.models import (
 )
 from store.settings import StoreSettings
 from tests.conftest import ROOT
+from tests.support.creating import CREATING_METHODS, creating_call
 from tests.support.redis_state import snapshot
 from worker.client import REQUEST_OPTIONS, Handoffs
 
@@ -462,19 +462,9 @@ def test_list_pending_pages_with_a_cursor(handoffs: Handoffs) -> None:
 
 def _creating_call(handoffs: Handoffs, method: str) -> Callable[..., Handoff]:
     """``method`` of ``handoffs`` with its required arguments bound; takes the options."""
-    required: dict[str, dict[str, Any]] = {
-        "request_approval": {"action": "issue_refund"},
-        "ask": {"question": "Which customer?"},
-        "request_correction": {"draft": "Dear cust"},
-        "escalate": {"summary": "Customer threatens to sue"},
-    }
-    if method == "request":
-        payload = {"kind": "question", "question": "Which customer?"}
-        return functools.partial(handoffs.request, "question", payload, **RUN)
-    return functools.partial(getattr(handoffs, method), **RUN, **required[method])
+    return creating_call(handoffs, method, RUN)
 
 
-CREATING_METHODS = ["request_approval", "ask", "request_correction", "escalate", "request"]
 UNKNOWN_OPTIONS = [
     ({"reviewer": ["U1"]}, "argument 'reviewer' (did you mean 'reviewers'?);"),
     ({"totally_bogus": 5}, "argument 'totally_bogus';"),

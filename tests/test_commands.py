@@ -17,18 +17,8 @@ from bot.standin import Ephemeral
 from handlers.commands import Command, UsageError, parse_command
 from store.models import Status, TaskState
 from store.repository import TaskPolicy
-from tests.support import resume_targets
-from tests.support.slack_env import (
-    ADMIN,
-    ALICE,
-    BOB,
-    CAROL,
-    CHANNEL,
-    OWNER,
-    SlackEnv,
-    running_slack,
-    wait_for,
-)
+from tests.support import resume_targets, slack_env
+from tests.support.slack_env import ADMIN, ALICE, BOB, CAROL, CHANNEL, OWNER, SlackEnv, wait_for
 from worker.client import Handoffs
 
 OTHER_CHANNEL = "C0OTHER"
@@ -36,7 +26,7 @@ OTHER_CHANNEL = "C0OTHER"
 
 @pytest.fixture
 def slack(redis: Redis, redis_url: str, tmp_path: Path) -> Iterator[SlackEnv]:
-    yield from running_slack(redis, redis_url, tmp_path)
+    yield from slack_env.running_slack(redis, redis_url, tmp_path)
 
 
 def _text(reply: Ephemeral) -> str:

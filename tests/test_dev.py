@@ -7,7 +7,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
+from tests.support.dev import dev_command, dev_env
 from tests.support.processes import Proc, descendants, processes_using, wait_gone
 from tests.support.slack_env import free_port
 
@@ -26,39 +26,35 @@ STOP_SECONDS = 10
 """How soon after the signal nothing `handoff dev` started may be left."""
 
 
-def _env() -> dict[str, str]:
-    # No REDIS_URL: `handoff dev` starts its embedded server, one more process to stop.
-    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
-    return {**env, "PYTHONPATH": str(ROOT)}
-
-
-def _dev_command(data: Path, port: int, standin_port: int, *extra: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "bot.cli",
-        "dev",
-        "--auto",
-        "--data-dir",
-        str(data),
-        "--port",
-        str(port),
-        "--standin-port",
-        str(standin_port),
-        *extra,
-    ]
+def _refusal(tmp_path: Path, port: int, standin_port: int, env: dict[str, str]) -> tuple[str, str]:
+    """Run `handoff dev`, which must refuse to start: its one line on stderr (checked to
+    be alone and without a traceback), and its stdout."""
+    result = subprocess.run(
+        dev_command(tmp_path / "data", port, standin_port),
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    return lines[0], result.stdout
 
 
 @contextmanager
 def _running_dev(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], list[Proc]]]:
     """A `handoff dev --auto --keep-running` past its demo, and every process below it."""
     out, err = tmp_path / "stdout", tmp_path / "stderr"
-    command = _dev_command(tmp_path / "data", free_port(), free_port(), "--keep-running")
+    command = dev_command(tmp_path / "data", free_port(), free_port(), "--keep-running")
     with out.open("wb") as stdout, err.open("wb") as stderr:
         dev = subprocess.Popen(
             command,
             cwd=ROOT,
-            env=_env(),
+            env=dev_env(),
             stdin=subprocess.DEVNULL,
             stdout=stdout,
             stderr=stderr,
@@ -154,23 +150,11 @@ def test_a_port_in_use_is_one_line_naming_the_option_and_nothing_starts(
         port = taken.getsockname()[1]
         ports = {"--port": free_port(), "--standin-port": free_port(), option: port}
 
-        result = subprocess.run(
-            _dev_command(tmp_path / "data", ports["--port"], ports["--standin-port"]),
-            cwd=ROOT,
-            env=_env(),
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
+        line, stdout = _refusal(tmp_path, ports["--port"], ports["--standin-port"], dev_env())
 
-    assert result.returncode != 0
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert f"port {port} is already in use" in lines[0]
-    assert option in lines[0]
-    assert "Traceback" not in result.stderr
-    assert "Embedded Redis" not in result.stdout  # refused before starting anything
+    assert f"port {port} is already in use" in line
+    assert option in line
+    assert "Embedded Redis" not in stdout  # refused before starting anything
     assert processes_using(tmp_path) == []
 
 
@@ -191,21 +175,10 @@ def test_a_redis_that_does_not_answer_is_one_line_saying_what_to_do(
     with _silent_server() as silent:
         port = silent if kind == "not answering" else free_port()
         started = time.monotonic()
-        result = subprocess.run(
-            _dev_command(tmp_path / "data", free_port(), free_port()),
-            cwd=ROOT,
-            env={**_env(), "REDIS_URL": f"redis://127.0.0.1:{port}/0"},
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
+        env = {**dev_env(), "REDIS_URL": f"redis://127.0.0.1:{port}/0"}
+        line, _ = _refusal(tmp_path, free_port(), free_port(), env)
 
-    assert result.returncode != 0
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert f"Redis at redis://127.0.0.1:{port}/0 is not answering" in lines[0]
-    assert "REDIS_URL" in lines[0]
-    assert "Traceback" not in result.stderr
+    assert f"Redis at redis://127.0.0.1:{port}/0 is not answering" in line
+    assert "REDIS_URL" in line
     assert time.monotonic() - started < 15
     assert processes_using(tmp_path) == []

@@ -5,11 +5,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
 from bot.delivery.posting import AnswerLost, Poster, PostTag, delete_extra
-from bot.standin import Message, SlackStandIn, StandInUser
+from bot.standin import Message, SlackStandIn
+from tests.support.impatient_slack import (
+    LATE,
+    impatient_client,
+    running_standin,
+    settling_poster,
+)
 
 CHANNEL = "C0APPROVALS"
 TAG = PostTag("handoff_posted", {"handoff_id": "ho_01", "run_id": "run-1"})
@@ -26,22 +31,16 @@ BUTTONS = [
         ],
     }
 ]
-CLIENT_TIMEOUT = 0.25
-LATE = 0.45
-"""How late a 'timeout' answer comes: after the client gave up, before the poster looks."""
 
 
 @pytest.fixture
 def slack() -> Iterator[SlackStandIn]:
-    with SlackStandIn(signing_secret="s", users=[StandInUser("U0ALICE", "alice")]) as running:
-        yield running
+    yield from running_standin()
 
 
 @pytest.fixture
 def poster(slack: SlackStandIn) -> Poster:
-    # slack_sdk annotates timeout as int but passes it to urllib, which takes float seconds.
-    client = WebClient(token=slack.bot_token, base_url=slack.api_url, timeout=CLIENT_TIMEOUT)  # type: ignore[arg-type]
-    return Poster(client, settle_seconds=0.4)
+    return settling_poster(impatient_client(slack))
 
 
 def _post(poster: Poster, **options: object) -> str:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
@@ -20,7 +19,8 @@ from slack_sdk import WebClient
 from bot.access.reviewers import ReviewerPolicy
 from bot.keys import BotKeys
 from store.keys import KeySpace
-from store.models import Handoff, RequestType, Status
+from store.models import Handoff
+from tests.support.blockkit import make_handoff
 
 USERGROUPS_KEY = BotKeys(KeySpace()).usergroups
 """Where the snapshot of the workspace's user groups is cached."""
@@ -112,18 +112,8 @@ def policy(slack: FakeSlack, redis: Redis) -> PolicyFactory:
 
 
 def handoff(reviewers: list[str] | None = None, requester: str | None = None) -> Handoff:
-    return Handoff(
-        id="ho_01JDZ3Q6T5N9W2V8K4M7R1X0BC",
-        run_id="run-1",
-        thread_id="t-1",
-        request_type=RequestType.APPROVAL,
-        context="",
-        payload={"kind": "approval", "action": {"name": "issue_refund", "args": {"amount": 30}}},
-        status=Status.PENDING,
-        created_at=datetime(2025, 3, 1, tzinfo=UTC),
-        reviewers=reviewers or [],
-        requester=requester,
-    )
+    payload = {"kind": "approval", "action": {"name": "issue_refund", "args": {"amount": 30}}}
+    return make_handoff(payload, reviewers=reviewers or [], requester=requester)
 
 
 def test_a_listed_reviewer_may_decide(policy: PolicyFactory, slack: FakeSlack) -> None:

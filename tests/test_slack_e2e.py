@@ -15,18 +15,13 @@ from redis import Redis
 
 from bot.blockkit import ids
 from store.models import Status, TaskState
-from tests.support import resume_targets
+from tests.support import resume_targets, slack_env
 from tests.support.slack_env import ADMIN, ALICE, BOB, CAROL, CHANNEL, SlackEnv, wait_for
 
 
 @pytest.fixture
 def slack(redis: Redis, redis_url: str, tmp_path: Path) -> Iterator[SlackEnv]:
-    env = SlackEnv(redis, redis_url, tmp_path)
-    env.start()
-    try:
-        yield env
-    finally:
-        env.stop()
+    yield from slack_env.running_slack(redis, redis_url, tmp_path)
 
 
 def _resumed(redis: Redis) -> list[dict]:
@@ -37,6 +32,17 @@ def _wait_resumed(slack: SlackEnv, handoff_id: str) -> dict:
     wait_for(lambda: slack.handoffs.get(handoff_id).resume.state is TaskState.COMPLETED)
     [entry] = [e for e in _resumed(slack.redis) if e["handoff_id"] == handoff_id]
     return entry
+
+
+def _resumed_by_modal(
+    slack: SlackEnv, user: str, handoff_id: str, button: str, values: dict, message=None
+) -> dict:
+    """``user`` clicks ``button`` on ``message`` (default: the handoff's posted message),
+    submits the modal it opens with ``values``: what the run was then resumed with."""
+    slack.standin.click(user, message or slack.posted(handoff_id), button)
+    [modal] = slack.standin.views(user)
+    slack.standin.submit_view(user, modal, values)
+    return _wait_resumed(slack, handoff_id)
 
 
 def _wait_updated(slack: SlackEnv, handoff_id: str):
@@ -197,12 +203,8 @@ def test_question_answered_in_a_modal(slack: SlackEnv) -> None:
         choices=["Dana", "Sam"],
         resume="tests.support.resume_targets:record",
     )
-    slack.standin.click(BOB, slack.posted(handoff.id), ids.ANSWER)
-    [modal] = slack.standin.views(BOB)
-    slack.standin.submit_view(
-        BOB, modal, {ids.ANSWER_BLOCK: {ids.VALUE: "Dana, she is enterprise"}}
-    )
-    resumed = _wait_resumed(slack, handoff.id)
+    answer = {ids.ANSWER_BLOCK: {ids.VALUE: "Dana, she is enterprise"}}
+    resumed = _resumed_by_modal(slack, BOB, handoff.id, ids.ANSWER, answer)
     assert resumed["status"] == "answered"
     assert resumed["resume_data"]["answer"] == "Dana, she is enterprise"
 
@@ -252,14 +254,8 @@ def test_correction_is_edited_and_sent_back(slack: SlackEnv) -> None:
         instructions="Fix typos",
         resume="tests.support.resume_targets:record",
     )
-    slack.standin.click(ALICE, slack.posted(handoff.id), ids.CORRECT)
-    [modal] = slack.standin.views(ALICE)
-    slack.standin.submit_view(
-        ALICE,
-        modal,
-        {f"{ids.DRAFT_BLOCK_PREFIX}0": {ids.VALUE: "Dear customer, we refunded you."}},
-    )
-    resumed = _wait_resumed(slack, handoff.id)
+    draft = {f"{ids.DRAFT_BLOCK_PREFIX}0": {ids.VALUE: "Dear customer, we refunded you."}}
+    resumed = _resumed_by_modal(slack, ALICE, handoff.id, ids.CORRECT, draft)
     assert resumed["status"] == "approved"
     assert resumed["resume_data"]["corrected_draft"] == "Dear customer, we refunded you."
 
@@ -282,12 +278,8 @@ def test_escalation_is_claimed_then_resolved_by_its_claimer(slack: SlackEnv) -> 
     assert slack.standin.views(BOB) == []
     assert "claimed" in slack.standin.ephemerals(BOB)[0].text
 
-    slack.standin.click(ALICE, claimed, ids.RESOLVE)
-    [modal] = slack.standin.views(ALICE)
-    slack.standin.submit_view(
-        ALICE, modal, {ids.RESOLUTION_BLOCK: {ids.VALUE: "Called them; settled."}}
-    )
-    resumed = _wait_resumed(slack, handoff.id)
+    resolution = {ids.RESOLUTION_BLOCK: {ids.VALUE: "Called them; settled."}}
+    resumed = _resumed_by_modal(slack, ALICE, handoff.id, ids.RESOLVE, resolution, claimed)
     assert resumed["status"] == "answered"
     assert resumed["resume_data"]["answer"] == "Called them; settled."
 

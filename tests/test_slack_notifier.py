@@ -7,30 +7,25 @@ import json
 from collections.abc import Iterator
 
 import pytest
-from slack_sdk import WebClient
 
-from bot.delivery.posting import Poster
 from bot.delivery.slack_notifier import DUPLICATE_EVENT_TYPE, METADATA_EVENT_TYPE, SlackNotifier
-from bot.standin import Message, SlackStandIn, StandInUser
+from bot.standin import Message, SlackStandIn
 from store.models import Handoff
+from tests.support.impatient_slack import LATE, impatient_client, running_standin, settling_poster
 from worker.client import Handoffs
 
 CHANNEL = "C0APPROVALS"
-CLIENT_TIMEOUT = 0.25
-LATE = 0.45
 
 
 @pytest.fixture
 def slack() -> Iterator[SlackStandIn]:
-    with SlackStandIn(signing_secret="s", users=[StandInUser("U0ALICE", "alice")]) as running:
-        yield running
+    yield from running_standin()
 
 
 @pytest.fixture
 def notifier(slack: SlackStandIn) -> SlackNotifier:
-    # slack_sdk annotates timeout as int but passes it to urllib, which takes float seconds.
-    client = WebClient(token=slack.bot_token, base_url=slack.api_url, timeout=CLIENT_TIMEOUT)  # type: ignore[arg-type]
-    return SlackNotifier(client, default_channel=CHANNEL, poster=Poster(client, settle_seconds=0.4))
+    client = impatient_client(slack)
+    return SlackNotifier(client, default_channel=CHANNEL, poster=settling_poster(client))
 
 
 def _approval(handoffs: Handoffs) -> Handoff:

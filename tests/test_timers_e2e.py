@@ -14,7 +14,7 @@ from bot.blockkit import ids
 from bot.standin import ElementNotFound
 from store.models import Status, TaskState
 from tests.support import resume_targets
-from tests.support.slack_env import ADMIN, ALICE, CAROL, CHANNEL, SlackEnv, wait_for
+from tests.support.slack_env import ADMIN, ALICE, CAROL, CHANNEL, SlackEnv, running_slack, wait_for
 
 ONCALL = "C0ONCALL"
 OTHER = "C0OTHERTEAM"
@@ -22,12 +22,7 @@ OTHER = "C0OTHERTEAM"
 
 @pytest.fixture
 def slack(redis: Redis, redis_url: str, tmp_path: Path) -> Iterator[SlackEnv]:
-    env = SlackEnv(redis, redis_url, tmp_path)
-    env.start()
-    try:
-        yield env
-    finally:
-        env.stop()
+    yield from running_slack(redis, redis_url, tmp_path)
 
 
 def _bot_replies(slack: SlackEnv, channel: str, ts: str) -> list[str]:

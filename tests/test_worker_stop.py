@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import suppress
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import pytest
@@ -73,14 +73,30 @@ def _wait_working(redis: Redis, worker: subprocess.Popen[bytes], log: Path) -> N
         time.sleep(0.1)
 
 
+@contextmanager
+def _working_worker(url: str, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """A `handoff worker` on ``url``, once working; afterwards it is killed, with its
+    process group and whatever it started that is still its child."""
+    worker = _start_worker(url, log)
+    try:
+        _wait_working(Redis.from_url(url), worker, log)
+        yield worker
+    finally:
+        if worker.poll() is None:
+            os.killpg(worker.pid, signal.SIGKILL)
+            worker.wait()
+        # RQ's scheduler, the worker's other child, is RQ's own and outlives a killed worker.
+        with suppress(ProcessLookupError):
+            os.killpg(worker.pid, signal.SIGKILL)
+        for proc in descendants(worker.pid):
+            proc.kill()
+
+
 def test_a_worker_whose_redis_is_gone_stops_promptly_on_sigterm(
     redis_server: tuple[subprocess.Popen[bytes], str], tmp_path: Path
 ) -> None:
     server, url = redis_server
-    log = tmp_path / "worker.log"
-    worker = _start_worker(url, log)
-    try:
-        _wait_working(Redis.from_url(url), worker, log)
+    with _working_worker(url, tmp_path / "worker.log") as worker:
         # The dispatcher and RQ's scheduler must go too.
         started = descendants(worker.pid)
         assert len(started) >= 2, started
@@ -94,12 +110,6 @@ def test_a_worker_whose_redis_is_gone_stops_promptly_on_sigterm(
         worker.wait(timeout=STOP_SECONDS)
         assert time.monotonic() - stopping < STOP_SECONDS
         assert wait_gone(started, 2) == []
-    finally:
-        if worker.poll() is None:
-            os.killpg(worker.pid, signal.SIGKILL)
-            worker.wait()
-        for proc in descendants(worker.pid):
-            proc.kill()
 
 
 def test_a_dispatcher_whose_worker_was_killed_stops_at_once_even_with_redis_gone(
@@ -107,9 +117,7 @@ def test_a_dispatcher_whose_worker_was_killed_stops_at_once_even_with_redis_gone
 ) -> None:
     server, url = redis_server
     log = tmp_path / "worker.log"
-    worker = _start_worker(url, log)
-    try:
-        _wait_working(Redis.from_url(url), worker, log)
+    with _working_worker(url, log) as worker:
         found = re.search(r"dispatcher started \(pid (\d+)\)", log.read_text())
         assert found, log.read_text()
         (dispatcher,) = [p for p in descendants(worker.pid) if p.pid == int(found[1])]
@@ -124,10 +132,3 @@ def test_a_dispatcher_whose_worker_was_killed_stops_at_once_even_with_redis_gone
         worker.wait()
 
         assert wait_gone([dispatcher], 3) == [], "the dispatcher outlived its worker"
-    finally:
-        if worker.poll() is None:
-            worker.kill()
-            worker.wait()
-        # RQ's scheduler, the worker's other child, is RQ's own and outlives a killed worker.
-        with suppress(ProcessLookupError):
-            os.killpg(worker.pid, signal.SIGKILL)

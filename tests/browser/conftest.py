@@ -29,6 +29,7 @@ from tests.support.slack_env import (
     USERGROUPS,
     USERS,
     SlackEnv,
+    started,
     wait_for,
 )
 
@@ -112,12 +113,7 @@ def slack(
     browser: Browser, redis: Redis, redis_url: str, tmp_path: Path
 ) -> Iterator[WorkbenchSlack]:
     """A running bot against the stand-in (asks for ``browser`` first, to skip early)."""
-    env = WorkbenchSlack(redis, redis_url, tmp_path)
-    env.start()
-    try:
-        yield env
-    finally:
-        env.stop()
+    yield from started(WorkbenchSlack(redis, redis_url, tmp_path))
 
 
 class Workbench:

@@ -37,7 +37,7 @@ from tests.conftest import wait_until
 from tests.support import resume_targets
 from tests.support.runs import run_size, seeded
 from tests.support.signed_http import FORM, JSON, Answer, SignedSender
-from tests.support.slack_env import ADMIN, ALICE, BOB, SIGNING_SECRET, SlackEnv
+from tests.support.slack_env import ADMIN, ALICE, BOB, SIGNING_SECRET, SlackEnv, running_slack
 
 HANDOFFS = 1000
 SOAK_HANDOFFS = 5000
@@ -79,18 +79,15 @@ class Decision:
 
 @pytest.fixture
 def slack(redis: Redis, redis_url: str, tmp_path: Path) -> Iterator[SlackEnv]:
-    env = SlackEnv(
+    yield from running_slack(
         redis,
         redis_url,
         tmp_path,
+        workers=WORKERS,
+        serves=SERVES,
         extra_users=TEAM,
         extra_usergroups={"S0STORM": [user.id for user in TEAM]},
     )
-    env.start(workers=WORKERS, serves=SERVES)
-    try:
-        yield env
-    finally:
-        env.stop()
 
 
 def test_ten_simultaneous_decisions_make_one_decision_one_resume_and_every_loser_told(

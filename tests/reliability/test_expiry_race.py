@@ -39,7 +39,7 @@ from tests.conftest import wait_until
 from tests.support import resume_targets
 from tests.support.runs import run_size, seeded
 from tests.support.signed_http import FORM, Answer, SignedSender
-from tests.support.slack_env import ALICE, BOB, SIGNING_SECRET, SlackEnv
+from tests.support.slack_env import ALICE, BOB, SIGNING_SECRET, SlackEnv, running_slack
 
 RACES = 200
 SOAK_RACES = 1000
@@ -72,12 +72,7 @@ class Race:
 
 @pytest.fixture
 def slack(redis: Redis, redis_url: str, tmp_path: Path) -> Iterator[SlackEnv]:
-    env = SlackEnv(redis, redis_url, tmp_path)
-    env.start(workers=2, serves=1)
-    try:
-        yield env
-    finally:
-        env.stop()
+    yield from running_slack(redis, redis_url, tmp_path, workers=2, serves=1)
 
 
 def test_a_decision_racing_its_expiry_either_decides_or_expires_never_both(

@@ -34,11 +34,11 @@ from redis.exceptions import RedisError
 from bot.blockkit import ids
 from bot.standin import Message
 from store.models import Status, TaskState
-from store.repository import TaskPolicy
 from tests.conftest import WorkerProcesses, wait_until
 from tests.support import resume_targets
+from tests.support.policies import task_policy
 from tests.support.redis_server import RedisServer
-from tests.support.slack_env import ADMIN, ALICE, BOB, CAROL, CHANNEL, OWNER, SlackEnv
+from tests.support.slack_env import ADMIN, ALICE, BOB, CAROL, CHANNEL, OWNER, SlackEnv, started
 from worker.client import Handoffs
 
 RESTARTS = 1
@@ -54,15 +54,7 @@ READING_SECONDS = 1.0
 CLICKERS = (ALICE, BOB)
 """People clicking Approve on whatever is pending; CAROL and ADMIN probe the outage."""
 TRY_AGAIN = "try again"
-POLICY = TaskPolicy(
-    resume_max_attempts=20,
-    resume_timeout_seconds=30,
-    delivery_max_attempts=20,
-    delivery_timeout_seconds=30,
-    backoff_seconds=0.2,
-    backoff_max_seconds=1.0,
-    lease_grace_seconds=1.0,
-)
+POLICY = task_policy(attempts=20, timeout=30, backoff=(0.2, 1.0), lease_grace=1.0)
 """Attempts enough to outlast the outages; short backoff to keep the run short."""
 
 
@@ -78,17 +70,9 @@ def server(tmp_path: Path) -> Iterator[RedisServer]:
 
 @pytest.fixture
 def slack(server: RedisServer, tmp_path: Path) -> Iterator[SlackEnv]:
-    env = SlackEnv(
-        Redis.from_url(server.url),
-        server.url,
-        tmp_path,
-        extra_env={"HANDOFF_DISPATCH_TIMEOUT_SECONDS": "5"},
-    )
-    env.start(workers=2)
-    try:
-        yield env
-    finally:
-        env.stop()
+    extra_env = {"HANDOFF_DISPATCH_TIMEOUT_SECONDS": "5"}
+    env = SlackEnv(Redis.from_url(server.url), server.url, tmp_path, extra_env=extra_env)
+    yield from started(env, workers=2)
 
 
 class Traffic:

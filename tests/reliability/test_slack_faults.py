@@ -29,10 +29,10 @@ from bot.delivery.slack_notifier import DUPLICATE_EVENT_TYPE, METADATA_EVENT_TYP
 from bot.standin import Message
 from handlers.decisions import STILL_POSTING
 from store.models import Status, TaskState
-from store.repository import TaskPolicy
 from tests.conftest import wait_until
 from tests.support import resume_targets
-from tests.support.slack_env import ALICE, BOB, CAROL, CHANNEL, SlackEnv
+from tests.support.policies import task_policy
+from tests.support.slack_env import ALICE, BOB, CAROL, CHANNEL, SlackEnv, running_slack
 from worker.client import Handoffs
 
 HANDOFFS = 60
@@ -44,14 +44,8 @@ LATE_ANSWER_SECONDS = 1.5
 WORKERS = 6
 REJECT_EVERY = 5
 """One handoff in five is rejected through the modal (views.open is faulted too)."""
-POLICY = TaskPolicy(
-    resume_max_attempts=10,
-    resume_timeout_seconds=30,
-    delivery_max_attempts=20,
-    delivery_timeout_seconds=30,
-    backoff_seconds=0.2,
-    backoff_max_seconds=1.0,
-    lease_grace_seconds=1.0,
+POLICY = task_policy(
+    attempts=20, resume_attempts=10, timeout=30, backoff=(0.2, 1.0), lease_grace=1.0
 )
 """Attempts enough that 30% faults never exhaust them; short backoff to keep the run short."""
 
@@ -68,17 +62,13 @@ def one_worker(redis: Redis, redis_url: str, tmp_path: Path) -> Iterator[SlackEn
 
 
 def _running(redis: Redis, redis_url: str, log_dir: Path, *, workers: int) -> Iterator[SlackEnv]:
-    env = SlackEnv(
+    yield from running_slack(
         redis,
         redis_url,
         log_dir,
+        workers=workers,
         extra_env={"HANDOFF_SLACK_TIMEOUT_SECONDS": str(CLIENT_TIMEOUT_SECONDS)},
     )
-    env.start(workers=workers)
-    try:
-        yield env
-    finally:
-        env.stop()
 
 
 def _handoff_of(message: Message) -> str | None:

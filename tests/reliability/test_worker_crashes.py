@@ -29,12 +29,12 @@ from redis import Redis
 
 from bot.standin import Message
 from store.models import TaskKind
-from store.repository import TaskPolicy
 from tests.conftest import wait_until
 from tests.support import resume_targets
 from tests.support.machines import dispatcher_connected, kill_machine
+from tests.support.policies import task_policy
 from tests.support.runs import run_size, seeded
-from tests.support.slack_env import ALICE, CHANNEL, SlackEnv
+from tests.support.slack_env import ALICE, CHANNEL, SlackEnv, started
 from worker.client import Handoffs
 
 KILLS = 50
@@ -53,15 +53,7 @@ SLACK_LATENCY = 0.03
 FLEET: list[tuple[str, ...]] = [(), ("--fork",)]
 """Replacements alternate between the default worker (jobs in its own process) and one
 that forks a work horse per job."""
-POLICY = TaskPolicy(
-    resume_max_attempts=10,
-    resume_timeout_seconds=2,
-    delivery_max_attempts=10,
-    delivery_timeout_seconds=2,
-    backoff_seconds=0.05,
-    backoff_max_seconds=0.5,
-    lease_grace_seconds=0.3,
-)
+POLICY = task_policy(attempts=10, timeout=2, backoff=(0.05, 0.5), lease_grace=0.3)
 """Short leases, so that a killed attempt is retried within about 2.5 s; attempts enough
 for one handoff to lose several workers."""
 
@@ -77,14 +69,13 @@ def slack(redis: Redis, redis_url: str, tmp_path: Path) -> Iterator[SlackEnv]:
     )
     # Slack answers after a round trip, so that deaths land between a post and its record.
     env.standin.latency = SLACK_LATENCY
-    env.start(workers=LIVE_WORKERS, serves=0)
-    try:
-        yield env
-    finally:
-        for process in env.workers:
-            if process.poll() is None:
-                kill_machine(process)
-        env.stop()
+    yield from started(env, workers=LIVE_WORKERS, serves=0, before_stop=_kill_live_machines)
+
+
+def _kill_live_machines(env: SlackEnv) -> None:
+    for process in env.workers:
+        if process.poll() is None:
+            kill_machine(process)
 
 
 def test_workers_killed_at_random_moments_lose_nothing_and_resume_each_run_once(

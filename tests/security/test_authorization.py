@@ -19,6 +19,7 @@ from bot.queries.listings import ListFilter, ListKind
 from bot.standin import Message
 from handlers.modal_metadata import ModalOrigin, metadata_key, seal
 from store.models import Status
+from tests.support import slack_env
 from tests.support.security_harness import (
     InProcessBot,
     assert_unchanged,
@@ -26,17 +27,7 @@ from tests.support.security_harness import (
     snapshot,
     wait_quiet,
 )
-from tests.support.slack_env import (
-    ADMIN,
-    ALICE,
-    BOB,
-    CAROL,
-    CHANNEL,
-    OWNER,
-    SIGNING_SECRET,
-    SlackEnv,
-    wait_for,
-)
+from tests.support.slack_env import ADMIN, ALICE, BOB, CAROL, CHANNEL, OWNER, SlackEnv, wait_for
 
 ONLY_ALICE = f"Only <@{ALICE}> can decide this request."
 
@@ -48,20 +39,13 @@ def _text(blocks: list[dict[str, Any]], text: str = "") -> str:
 def _requests(slack: SlackEnv) -> dict[str, str]:
     """One pending handoff of every kind, for Alice to decide, posted; the second
     escalation claimed by Alice (so it shows Resolve and Send back)."""
+    run: dict[str, Any] = {"run_id": "run-a", "thread_id": "t", "reviewers": [ALICE]}
     ids = {
         "approval": slack.refund_approval(reviewers=[ALICE]),
-        "question": slack.handoffs.ask(
-            run_id="run-a", thread_id="t", question="Which region?", reviewers=[ALICE]
-        ).id,
-        "correction": slack.handoffs.request_correction(
-            run_id="run-a", thread_id="t", draft="Dear customer,", reviewers=[ALICE]
-        ).id,
-        "escalation": slack.handoffs.escalate(
-            run_id="run-a", thread_id="t", summary="Stuck on a refund", reviewers=[ALICE]
-        ).id,
-        "claimed escalation": slack.handoffs.escalate(
-            run_id="run-a", thread_id="t", summary="Stuck again", reviewers=[ALICE]
-        ).id,
+        "question": slack.handoffs.ask(question="Which region?", **run).id,
+        "correction": slack.handoffs.request_correction(draft="Dear customer,", **run).id,
+        "escalation": slack.handoffs.escalate(summary="Stuck on a refund", **run).id,
+        "claimed escalation": slack.handoffs.escalate(summary="Stuck again", **run).id,
     }
     slack.standin.click(ALICE, slack.posted(ids["claimed escalation"]), block_ids.CLAIM)
     wait_for(lambda: slack.handoffs.get(ids["claimed escalation"]).claimed_by == ALICE)
@@ -149,7 +133,7 @@ def test_a_modal_submission_by_someone_who_may_not_decide_is_refused(
     }
     for metadata in (
         json.dumps({"handoff_id": handoff_id, "channel": CHANNEL}),
-        seal(metadata_key(SIGNING_SECRET), ModalOrigin(handoff_id, CHANNEL, CAROL)),
+        seal(metadata_key(slack_env.SIGNING_SECRET), ModalOrigin(handoff_id, CHANNEL, CAROL)),
     ):
         payload = {
             "type": "view_submission",
@@ -167,9 +151,7 @@ def test_a_modal_submission_by_someone_who_may_not_decide_is_refused(
 def test_a_thread_reply_by_someone_who_may_not_answer_is_refused(
     slack: SlackEnv, store_redis: Redis
 ) -> None:
-    question = slack.handoffs.ask(
-        run_id="run-t", thread_id="t", question="Which region?", reviewers=[ALICE]
-    )
+    question = slack.region_question(run_id="run-t", reviewers=[ALICE])
     message = slack.posted(question.id)
     wait_quiet(store_redis, slack)
     before = snapshot(store_redis)

@@ -41,6 +41,7 @@ from bot.blockkit import ids as block_ids
 from bot.blockkit.replies import PageRequest, encode_page
 from bot.queries.listings import ListFilter, ListKind
 from handlers.modal_metadata import ModalOrigin, metadata_key, seal
+from tests.support import slack_env
 from tests.support.fixtures import COMMANDS, EVENTS, INTERACTIVITY, slack_fixtures
 from tests.support.security_harness import (
     FORM,
@@ -58,17 +59,7 @@ from tests.support.security_harness import (
     snapshot,
     wait_quiet,
 )
-from tests.support.slack_env import (
-    ADMIN,
-    ALICE,
-    BOB,
-    CAROL,
-    CHANNEL,
-    OWNER,
-    SIGNING_SECRET,
-    SlackEnv,
-    wait_for,
-)
+from tests.support.slack_env import ADMIN, ALICE, BOB, CAROL, CHANNEL, OWNER, SlackEnv, wait_for
 
 EXAMPLES = int(os.environ.get("HANDOFF_FUZZ_EXAMPLES", "2000"))
 FUZZ = settings(
@@ -152,7 +143,7 @@ def world(slack: SlackEnv, store_redis: Redis) -> World:
         slack.standin.click(ALICE, home, block_ids.APPROVE, block_id=card["block_id"])
     made.clicks.append(payload_of(captured[0][1]))
 
-    key = metadata_key(SIGNING_SECRET)
+    key = metadata_key(slack_env.SIGNING_SECRET)
     for message, action_id, values in [
         (messages[0], block_ids.REJECT, {block_ids.REASON_BLOCK: {block_ids.VALUE: "no"}}),
         (messages[0], block_ids.EDIT, {}),

@@ -141,9 +141,7 @@ def test_a_replay_with_a_made_up_retry_header_is_still_refused(
 def test_slack_retries_of_a_thread_reply_are_accepted_and_answer_once(
     slack: SlackEnv, store_redis: Redis
 ) -> None:
-    question = slack.handoffs.ask(
-        run_id="run-retry", thread_id="t", question="Which region?", reviewers=[ALICE]
-    )
+    question = slack.region_question(run_id="run-retry", reviewers=[ALICE])
     message = slack.posted(question.id)
     _, first = slack.standin.post_message(ALICE, CHANNEL, "eu-west-1", thread_ts=message.ts)
     assert first.status == 200

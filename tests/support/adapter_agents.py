@@ -4,7 +4,6 @@ each run in the Redis list ``TOOL_RUNS`` at ``REDIS_URL``."""
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import AsyncIterator
@@ -21,6 +20,7 @@ from agents.models.interface import Model
 from agents.testing import assistant_message, function_call
 from redis import Redis
 
+from tests.support.adapter_runs import env_redis, record, recorded
 from worker.adapters.openai_agents import approval_tool, ask_human_tool
 
 set_tracing_disabled(True)  # nothing leaves the machine
@@ -33,18 +33,14 @@ HUNG = "test:oa:hung"
 """Set to "<pid> <parent pid>" of the process hanging in the model (an RQ work horse)."""
 
 
-def _redis() -> Redis:
-    return Redis.from_url(os.environ["REDIS_URL"])
-
-
 def tool_runs(redis: Redis) -> list[dict[str, Any]]:
     """Every tool run recorded so far, oldest first."""
-    return [json.loads(raw) for raw in redis.lrange(TOOL_RUNS, 0, -1)]
+    return recorded(redis, TOOL_RUNS)
 
 
 def record_finish(final_output: Any, *, run_id: str) -> None:
     """``on_finish`` target: note the finished run and its output."""
-    _redis().rpush(FINISHED, json.dumps({"run_id": run_id, "output": final_output}))
+    record(FINISHED, {"run_id": run_id, "output": final_output})
 
 
 Call = tuple[str, dict[str, Any], str]
@@ -81,7 +77,7 @@ class ScriptedModel(Model):
                 output = [function_call(name, args, call_id=cid) for name, args, cid in turn]
                 return ModelResponse(output=output, usage=Usage(), response_id=None)
             answered += len(turn)
-        redis = _redis()
+        redis = env_redis()
         if redis.exists(HANG_ONCE) and redis.set(HUNG, f"{os.getpid()} {os.getppid()}", nx=True):
             time.sleep(120)  # the test kills the worker meanwhile
         text = " | ".join(str(result) for result in results)
@@ -99,14 +95,14 @@ def refund(order_id: str, amount_usd: int) -> str:
         order_id: The order to refund.
         amount_usd: How much to refund, in US dollars.
     """
-    _redis().rpush(TOOL_RUNS, json.dumps({"tool": "refund", "args": [order_id, amount_usd]}))
+    record(TOOL_RUNS, {"tool": "refund", "args": [order_id, amount_usd]})
     return f"refunded {amount_usd} USD on {order_id}"
 
 
 @function_tool(needs_approval=True)
 def plain_refund(order_id: str, amount_usd: int) -> str:
     """Refund part of an order (a plain SDK tool: approve or reject only)."""
-    _redis().rpush(TOOL_RUNS, json.dumps({"tool": "plain_refund", "args": [order_id, amount_usd]}))
+    record(TOOL_RUNS, {"tool": "plain_refund", "args": [order_id, amount_usd]})
     return f"refunded {amount_usd} USD on {order_id}"
 
 

@@ -5,7 +5,6 @@ list ``TOOL_RUNS`` at ``REDIS_URL`` so the tests can count them."""
 
 from __future__ import annotations
 
-import json
 import operator
 import os
 import sqlite3
@@ -24,6 +23,8 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import interrupt
 from redis import Redis
 
+from tests.support.adapter_runs import env_redis, record, recorded
+
 CHECKPOINTS_ENV = "HANDOFF_TEST_CHECKPOINTS"
 TOOL_RUNS = "test:lg:tool_runs"
 HANG_ONCE = "test:lg:hang_once"
@@ -33,10 +34,6 @@ HUNG = "test:lg:hung"
 FINISHED = "test:lg:finished"
 
 
-def _redis() -> Redis:
-    return Redis.from_url(os.environ["REDIS_URL"])
-
-
 def _saver() -> SqliteSaver:
     conn = sqlite3.connect(os.environ[CHECKPOINTS_ENV], check_same_thread=False)
     return SqliteSaver(conn)
@@ -44,17 +41,17 @@ def _saver() -> SqliteSaver:
 
 def record_tool_run(name: str, args: dict[str, Any]) -> None:
     """Note that a tool really ran (with which arguments)."""
-    _redis().rpush(TOOL_RUNS, json.dumps({"tool": name, "args": args}))
+    record(TOOL_RUNS, {"tool": name, "args": args})
 
 
 def tool_runs(redis: Redis) -> list[dict[str, Any]]:
     """Every tool run recorded so far, oldest first."""
-    return [json.loads(raw) for raw in redis.lrange(TOOL_RUNS, 0, -1)]
+    return recorded(redis, TOOL_RUNS)
 
 
 def record_finish(values: Any, *, thread_id: str, run_id: str) -> None:
     """``on_finish`` target: note the finished thread."""
-    _redis().rpush(FINISHED, json.dumps({"thread_id": thread_id, "run_id": run_id}))
+    record(FINISHED, {"thread_id": thread_id, "run_id": run_id})
 
 
 # -- a graph with two interrupts pending at once ---------------------------------------
@@ -116,7 +113,7 @@ def _review(state: RefundState) -> RefundState:
 
 
 def _act(state: RefundState) -> RefundState:
-    redis = _redis()
+    redis = env_redis()
     if redis.exists(HANG_ONCE) and redis.set(HUNG, f"{os.getpid()} {os.getppid()}", nx=True):
         time.sleep(120)  # the test kills the worker meanwhile
     decision = state["decision"]

@@ -16,33 +16,40 @@ import sys
 import time
 from collections.abc import Sequence
 
-from tests.conftest import ROOT, WorkerProcesses
+from redis import Redis
+
+from store.repository import TaskPolicy
+from tests.conftest import WorkerProcesses
+from worker.client import Handoffs
 
 
 def start_preloaded_worker(
     workers: WorkerProcesses, preload: Sequence[str], *, extra_env: dict[str, str]
 ) -> subprocess.Popen[bytes]:
     """Start `handoff worker` after importing ``preload``; the ``workers`` fixture stops it."""
-    env = {
-        **os.environ,
-        "REDIS_URL": workers.redis_url,
-        "HANDOFF_SWEEP_INTERVAL_SECONDS": "0.1",
-        "PYTHONPATH": str(ROOT),
-        **extra_env,
-    }
     imports = "".join(f"import {module}; " for module in preload)
     code = f"{imports}from bot.cli import main; main()"
-    log = open(workers.log_dir / f"worker-{len(workers.processes)}.log", "wb")  # noqa: SIM115
-    process = subprocess.Popen(
-        [sys.executable, "-c", code, "worker", "--name", f"test-{time.monotonic_ns()}"],
-        env=env,
-        cwd=ROOT,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    workers.processes.append(process)
-    return process
+    name = f"test-{time.monotonic_ns()}"
+    return workers.spawn([sys.executable, "-c", code, "worker", "--name", name], extra_env)
+
+
+def hanging_once(
+    redis: Redis,
+    workers: WorkerProcesses,
+    preload: Sequence[str],
+    *,
+    hang_key: str,
+    extra_env: dict[str, str],
+) -> Handoffs:
+    """Set up a resume killed mid-way: ``hang_key`` set (the test's graph or agent hangs
+    the first time it resumes), two preloaded workers (one to hang and be killed, one to
+    take over), and the agent API with short resume leases, for the handoffs."""
+    policy = TaskPolicy(resume_max_attempts=3, resume_timeout_seconds=3, lease_grace_seconds=0.5)
+    handoffs = Handoffs(redis, tasks=policy)
+    redis.set(hang_key, "1")
+    for _ in range(2):
+        start_preloaded_worker(workers, preload, extra_env=extra_env)
+    return handoffs
 
 
 def kill_worker_and_horse(workers: WorkerProcesses, hung: bytes | str | None) -> None:

@@ -36,8 +36,7 @@ ALLOWED_PREFIXES = (
     b"{ho}:bot:request:",  # replay guard: one marker per accepted signed request
     b"{ho}:event:",  # event dedupe markers
     b"{ho}:bot:admin:",  # cached users.info answers ("is this user an admin?")
-    b"{ho}:usergroup:",  # cached user-group members (the reviewer policy's)
-    b"{ho}:bot:usergroups",  # cached user groups of the workspace (the listings')
+    b"{ho}:bot:usergroups",  # the user-group cache (permission checks and listings share it)
     b"{ho}:bot:home:",  # App Home bookkeeping (who opened it, what it shows)
     b"{ho}:bot:unassigned:read",  # how far a Home build read the audit stream
     b"{ho}:bot:unassigned:walk",  # how far a Home build walked the pending index

@@ -13,12 +13,13 @@ import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import suppress
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from redis import Redis
 
 from bot.standin import Ephemeral, SlackStandIn, StandInUser
-from tests.conftest import ROOT
+from store.models import Handoff
+from tests.conftest import ROOT, wait_until
 from worker.client import Handoffs
 
 SIGNING_SECRET = "e2e-signing-secret-0123456789abcdef"
@@ -206,6 +207,10 @@ class SlackEnv:
             **options,
         ).id
 
+    def region_question(self, *, run_id: str, **options: Any) -> Handoff:
+        """Ask "Which region?" (``options`` are ``ask``'s: reviewers...)."""
+        return self.handoffs.ask(run_id=run_id, thread_id="t", question="Which region?", **options)
+
     def posted(self, handoff_id: str, timeout: float = 15):
         """The channel message of a handoff, once the worker has posted it."""
         wait_for(lambda: self.handoffs.get(handoff_id).message_refs.get("ts"), timeout=timeout)
@@ -213,23 +218,46 @@ class SlackEnv:
         return self.standin.message(refs["channel"], refs["ts"])
 
 
-def running_slack(redis: Redis, redis_url: str, log_dir: Path) -> Iterator[SlackEnv]:
-    """Body of a ``slack`` fixture: a started ``SlackEnv``, stopped afterwards."""
-    env = SlackEnv(redis, redis_url, log_dir)
-    env.start()
+EnvT = TypeVar("EnvT", bound=SlackEnv)
+
+
+def started(
+    env: EnvT,
+    *,
+    workers: int = 1,
+    serves: int = 1,
+    before_stop: Callable[[EnvT], object] | None = None,
+) -> Iterator[EnvT]:
+    """Body of a ``slack`` fixture: ``env`` started (``SlackEnv.start``), yielded, then
+    ``before_stop(env)`` if given and stopped, whatever the test did."""
+    env.start(workers=workers, serves=serves)
     try:
         yield env
     finally:
-        env.stop()
+        try:
+            if before_stop is not None:
+                before_stop(env)
+        finally:
+            env.stop()
+
+
+def running_slack(
+    redis: Redis,
+    redis_url: str,
+    log_dir: Path,
+    *,
+    workers: int = 1,
+    serves: int = 1,
+    **options: Any,
+) -> Iterator[SlackEnv]:
+    """Body of a ``slack`` fixture: a started ``SlackEnv`` (``options`` are its keyword
+    arguments: extra_env, extra_users...), stopped afterwards."""
+    env = SlackEnv(redis, redis_url, log_dir, **options)
+    yield from started(env, workers=workers, serves=serves)
 
 
 def wait_for(
     condition: Callable[[], object], *, timeout: float = 15, interval: float = 0.05
 ) -> object:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"condition not met within {timeout} s")
+    """``wait_until`` with a shorter default timeout: the truthy ``condition()``."""
+    return wait_until(condition, timeout=timeout, interval=interval)
