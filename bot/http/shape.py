@@ -52,6 +52,11 @@ def _dicts(value: Any) -> bool:
     return isinstance(value, list) and all(isinstance(v, dict) for v in value)
 
 
+def _absent_or_dicts(value: Any) -> bool:
+    """Absent, or a list of objects; never null: Bolt takes ``len()`` of what is there."""
+    return value is MISSING or (value is not None and _dicts(value))
+
+
 def _nonempty_dicts(value: Any) -> bool:
     return isinstance(value, list) and bool(value) and _dicts(value)
 
@@ -72,7 +77,7 @@ ENVELOPE: Mapping[str, Check] = {
     "channel_id": STR,
     "thread_ts": STR,
     "response_url": STR,
-    "response_urls": _dicts,
+    "response_urls": _absent_or_dicts,
     "authorizations": _dicts,
     "event": _absent_or(dict),
     "view": _absent_or(dict),

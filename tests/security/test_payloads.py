@@ -114,6 +114,20 @@ REFUSED_BY_THE_GATE: dict[str, Callable[[dict[str, Any]], tuple[bytes, str, int]
         FORM,
         400,
     ),
+    # Slack sends response_urls only when a modal asks for them, as a list; Bolt takes its
+    # len() (found by the fuzzer: null answered 500).
+    "a submission whose response_urls is null": lambda c: (
+        interaction_body(
+            {
+                "type": "view_submission",
+                "user": {"id": ALICE},
+                "view": {"type": "modal", "callback_id": block_ids.REJECT_MODAL},
+                "response_urls": None,
+            }
+        ),
+        FORM,
+        400,
+    ),
     "authorizations of strings": lambda c: (
         _with(c, lambda p: p.update(authorizations=["x"])),
         FORM,
