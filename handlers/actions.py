@@ -17,6 +17,7 @@ from slack_sdk.errors import SlackApiError
 
 from bot.blockkit import ids, modals
 from bot.http.prefetch import prefetched_in
+from bot.mrkdwn import mention
 from bot.slack_client import AMBIGUOUS_ERRORS
 from handlers.decisions import STORE_DOWN, UNAVAILABLE, Refusal, decide_as, load_for, may_view
 from handlers.deps import deps_of
@@ -78,7 +79,7 @@ def claim(ack: Ack, body: dict[str, Any], respond: Respond, context: dict[str, A
     try:
         deps.store.claim(loaded.id, claimed_by=user)
     except ClaimedByOther as exc:
-        _tell(respond, f"<@{exc.claimed_by}> already claimed this escalation.")
+        _tell(respond, f"{mention(exc.claimed_by)} already claimed this escalation.")
     except (AlreadyDecided, HandoffNotFound) as exc:
         _tell(respond, str(exc))
     except STORE_DOWN:
@@ -132,9 +133,21 @@ def _opens(
             return
         if needs_claim and loaded.claimed_by != user:
             owner = (
-                f"<@{loaded.claimed_by}> has claimed it" if loaded.claimed_by else "claim it first"
+                f"{mention(loaded.claimed_by)} has claimed it"
+                if loaded.claimed_by
+                else "claim it first"
             )
             _tell(respond, f"Only the person who claimed this escalation resolves it ({owner}).")
+            return
+        admin = deps_of(context).reviewers.admins.may_decide_anything(user)
+        if loaded.claimed_by and loaded.claimed_by != user and not admin:
+            # A claimed escalation is its claimer's: nobody else sends it back either (the
+            # store refuses it too; this only spares the reviewer a modal).
+            _tell(
+                respond,
+                f"{mention(loaded.claimed_by)} has claimed this escalation; only they "
+                "(or an admin) can decide it now.",
+            )
             return
         view = render(loaded)
         # Remember where the modal was opened: it matters for who may decide (escalation).

@@ -14,7 +14,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from bot.blockkit.message import already_decided_text
-from bot.http.replay import Prefetched
+from bot.http.prefetch import Prefetched
+from bot.mrkdwn import mention
 from handlers.deps import HandlerDeps
 from handlers.origin import Origin, shows_handoff
 from store.exceptions import (
@@ -171,7 +172,14 @@ def decide_as(
         return loaded
     try:
         return deps.store.decide(
-            loaded.id, outcome, decided_by=user_id, via=via, current=loaded, **decision
+            loaded.id,
+            outcome,
+            decided_by=user_id,
+            via=via,
+            current=loaded,
+            # HANDOFF_ADMINS may decide anything, a claimed escalation too.
+            respect_claim=not deps.reviewers.admins.may_decide_anything(user_id),
+            **decision,
         )
     except AlreadyDecided:
         return Refusal(already_decided_text(deps.store.get(loaded.id)))
@@ -179,7 +187,8 @@ def decide_as(
         return Refusal("Claim this escalation first, then resolve it.")
     except ClaimedByOther as exc:
         return Refusal(
-            f"<@{exc.claimed_by}> has claimed this escalation; only they can resolve it."
+            f"{mention(exc.claimed_by)} has claimed this escalation; only they (or an admin) "
+            "can decide it now."
         )
     except InvalidDecision as exc:
         return Refusal(f"That decision does not fit this request: {exc}")

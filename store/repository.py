@@ -451,15 +451,17 @@ class HandoffStore:
         edited_args: dict[str, Any] | None = None,
         corrected_draft: str | None = None,
         current: Handoff | None = None,
+        respect_claim: bool = True,
     ) -> Handoff:
         """Decide a pending handoff, exactly once, in one round trip.
 
         The status change, the audit event and the queued resume commit together. If the
         handoff is no longer pending, raises ``AlreadyDecided`` (naming who decided first)
         and changes nothing. An escalation is resolved (``answered``) only by the person
-        who claimed it. Pass ``current`` (the handoff as just read) to skip reading the
-        decided record back: the result is then ``current`` with the decision applied
-        (its delivery/resume progress as it was read).
+        who claimed it, and once claimed only they decide it either way (``ClaimedByOther``),
+        unless ``respect_claim`` is False (an admin's decision). Pass ``current`` (the
+        handoff as just read) to skip reading the decided record back: the result is then
+        ``current`` with the decision applied (its delivery/resume progress as it was read).
         """
         decision = ResumeData(
             decision_id=_new_decision_id(),
@@ -488,6 +490,7 @@ class HandoffStore:
             event="decided",
             resume=True,
             required_claimer=claimer,
+            claim_holder=decided_by if respect_claim else "",
             fitting_types=fitting,
             current=current,
         )
@@ -538,6 +541,7 @@ class HandoffStore:
         resume: bool,
         fitting_types: str,
         required_claimer: str = "",
+        claim_holder: str = "",
         current: Handoff | None = None,
     ) -> Handoff:
         result = self._scripts["DECIDE"](
@@ -556,6 +560,7 @@ class HandoffStore:
                 "1" if resume else "0",
                 fitting_types,
                 "0" if current is not None else "1",
+                claim_holder,
             ],
         )
         verdict = as_text(result[0])
@@ -664,8 +669,17 @@ class HandoffStore:
         return self.get(handoff_id)
 
     def link_message(self, handoff_id: str, channel: str, ts: str) -> None:
-        """Remember that the Slack message ``channel``/``ts`` shows this handoff."""
-        self.redis.set(self.keys.message_link(channel, ts), handoff_id)
+        """Remember that the Slack message ``channel``/``ts`` shows this handoff.
+
+        The link's key is also added to the handoff's set of links, in the same
+        transaction, so that the retention sweep (``purge_decided``) removes every link of
+        the handoff with it: its message, escalation copies, messages it was moved from.
+        """
+        link = self.keys.message_link(channel, ts)
+        with self.redis.pipeline(transaction=True) as pipe:
+            pipe.set(link, handoff_id)
+            pipe.sadd(self.keys.message_links(handoff_id), link)
+            pipe.execute()
 
     def handoff_for_message(self, channel: str, ts: str) -> str | None:
         """The id of the handoff shown by a Slack message, if any."""
@@ -802,7 +816,8 @@ class HandoffStore:
         return expired
 
     def purge_decided(self, *, limit: int = defaults.SWEEP_BATCH) -> int:
-        """Delete decided handoffs past retention whose resume is done; returns how many."""
+        """Delete decided handoffs past retention whose resume is done, with their audit
+        trail, idempotency key and every message link; returns how many."""
         oldest_kept_ms = int((time.time() - self.config.retention_seconds) * 1000)
         return int(
             self._scripts["PURGE_DECIDED"](

@@ -278,7 +278,8 @@ return {1, id, now, expires_at}
 # KEYS[1] handoff hash.
 # ARGV: prefix, id, new status, decision json, actor, retention ms, claimer an escalation
 #       needs ('' for none), audit event name, resume the run (1/0), request types this
-#       decision fits (space separated).
+#       decision fits (space separated), reply mode, who must hold the claim of a claimed
+#       escalation ('' for nobody: an admin, or a cancel or expiry).
 DECIDE = (
     PRELUDE
     + """
@@ -300,6 +301,11 @@ if not string.find(' ' .. ARGV[10] .. ' ', ' ' .. f.request_type .. ' ', 1, true
 end
 if f.request_type == 'escalation' and ARGV[7] ~= '' and f.claimed_by ~= ARGV[7] then
   return {'claim', f.claimed_by or ''}
+end
+-- Once claimed, an escalation is the claimer's: nobody else sends it back either.
+if f.request_type == 'escalation' and (ARGV[12] or '') ~= '' and f.claimed_by
+    and f.claimed_by ~= '' and f.claimed_by ~= ARGV[12] then
+  return {'claim', f.claimed_by}
 end
 local version = close_pending(id, hkey, f, ARGV[3], ARGV[4], ARGV[5], ARGV[8], now,
                               tonumber(ARGV[6]), ARGV[9] == '1')
@@ -512,12 +518,27 @@ for _, id in ipairs(due) do
   if f[1] == 'none' or f[1] == 'completed' or not f[1] then
     redis.call('DEL', hkey, P .. 'audit:' .. id)
     if f[2] and f[2] ~= '' then redis.call('DEL', P .. 'idem:' .. f[2]) end
-    if f[3] then
-      local refs = cjson.decode(f[3])
-      if type(refs) == 'table' and refs.channel and refs.ts then
-        redis.call('DEL', P .. 'msg:' .. refs.channel .. ':' .. refs.ts)
+    -- Every message link goes with it: those named in links:<id> (written with each link)
+    -- and, for links written before that set was kept, those of the message refs (the
+    -- message, escalation copies, messages moved from). Only links to this handoff go.
+    local lkey = P .. 'links:' .. id
+    local links = redis.call('SMEMBERS', lkey)
+    local ok, refs = pcall(cjson.decode, f[3] or '{}')
+    if ok and type(refs) == 'table' then
+      local shown = {refs}
+      if type(refs.copies) == 'table' then
+        for _, copy in ipairs(refs.copies) do table.insert(shown, copy) end
+      end
+      for _, m in ipairs(shown) do
+        if type(m) == 'table' and type(m.channel) == 'string' and type(m.ts) == 'string' then
+          table.insert(links, P .. 'msg:' .. m.channel .. ':' .. m.ts)
+        end
       end
     end
+    for _, link in ipairs(links) do
+      if redis.call('GET', link) == id then redis.call('DEL', link) end
+    end
+    redis.call('DEL', lkey)
     redis.call('ZREM', KEYS[1], id)
     for _, k in ipairs({'deliver', 'resume', 'notify'}) do
       redis.call('ZREM', P .. 'outbox', k .. ':' .. id)

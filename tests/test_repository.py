@@ -509,6 +509,36 @@ def test_escalation_can_be_rejected_without_a_claim(store: HandoffStore) -> None
     assert rejected.claimed_by is None
 
 
+def test_a_claimed_escalation_is_sent_back_only_by_its_claimer_or_an_admin(
+    redis: Redis, store: HandoffStore
+) -> None:
+    handoff = create(store, RequestType.ESCALATION)
+    store.claim(handoff.id, claimed_by="U1")
+    before = snapshot(redis)
+
+    with pytest.raises(ClaimedByOther) as sending_back:
+        store.decide(handoff.id, Status.REJECTED, decided_by="U2", comment="not mine")
+
+    assert sending_back.value.claimed_by == "U1"
+    assert snapshot(redis) == before
+    admin = store.decide(
+        handoff.id, Status.REJECTED, decided_by="U0ADMIN", comment="over", respect_claim=False
+    )
+    assert (admin.status, admin.resume_data and admin.resume_data.decided_by) == (
+        Status.REJECTED,
+        "U0ADMIN",
+    )
+
+
+def test_the_claimer_sends_a_claimed_escalation_back(store: HandoffStore) -> None:
+    handoff = create(store, RequestType.ESCALATION)
+    store.claim(handoff.id, claimed_by="U1")
+
+    sent_back = store.decide(handoff.id, Status.REJECTED, decided_by="U1", comment="wrong team")
+
+    assert sent_back.status is Status.REJECTED
+
+
 def test_only_pending_escalations_can_be_claimed(redis: Redis, store: HandoffStore) -> None:
     approval = create(store, RequestType.APPROVAL)
     escalation = create(store, RequestType.ESCALATION)

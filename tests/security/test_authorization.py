@@ -148,6 +148,57 @@ def test_a_modal_submission_by_someone_who_may_not_decide_is_refused(
     assert_unchanged(before, snapshot(store_redis), store_redis)
 
 
+def test_a_claimed_escalation_is_sent_back_only_by_its_claimer_or_an_admin(
+    slack: SlackEnv, bot: InProcessBot, store_redis: Redis
+) -> None:
+    run: dict[str, Any] = {"run_id": "run-e", "thread_id": "t", "reviewers": [ALICE, BOB]}
+    handoff_id = slack.handoffs.escalate(summary="Stuck on a refund", **run).id
+    slack.standin.click(ALICE, slack.posted(handoff_id), block_ids.CLAIM)
+    wait_for(lambda: block_ids.RESOLVE in json.dumps(_current(slack, handoff_id).blocks))
+    wait_quiet(store_redis, slack)
+    modals = len(slack.standin.calls("views.open"))
+
+    # Bob may decide the escalation, but Alice claimed it: "Send back" is hers now.
+    assert slack.standin.click(BOB, _current(slack, handoff_id), block_ids.REJECT).status == 200
+    told = slack.standin.ephemerals(BOB)[-1].text
+    assert (
+        told
+        == f"<@{ALICE}> has claimed this escalation; only they (or an admin) can decide it now."
+    )
+    assert len(slack.standin.calls("views.open")) == modals
+
+    # A send-back modal submitted as Bob, sealed for him as if he had opened it, is refused.
+    values = {
+        block_ids.REASON_BLOCK: {block_ids.VALUE: {"type": "plain_text_input", "value": "no"}}
+    }
+    view = {
+        "type": "modal",
+        "callback_id": block_ids.REJECT_MODAL,
+        "blocks": [{"type": "input", "block_id": block_ids.REASON_BLOCK}],
+        "private_metadata": seal(
+            metadata_key(slack_env.SIGNING_SECRET), ModalOrigin(handoff_id, CHANNEL, BOB)
+        ),
+        "state": {"values": values},
+    }
+    reply = bot.interaction({"type": "view_submission", "user": {"id": BOB}, "view": view})
+    assert json.loads(reply.body)["errors"][block_ids.REASON_BLOCK].startswith(
+        f"@{ALICE} has claimed this escalation"
+    )
+    assert slack.handoffs.get(handoff_id).status is Status.PENDING
+
+    # An admin may send it back.
+    admin_view = {
+        **view,
+        "private_metadata": seal(
+            metadata_key(slack_env.SIGNING_SECRET), ModalOrigin(handoff_id, CHANNEL, ADMIN)
+        ),
+    }
+    bot.interaction({"type": "view_submission", "user": {"id": ADMIN}, "view": admin_view})
+    sent_back = slack.handoffs.get(handoff_id)
+    assert sent_back.status is Status.REJECTED
+    assert sent_back.resume_data is not None and sent_back.resume_data.decided_by == ADMIN
+
+
 def test_a_thread_reply_by_someone_who_may_not_answer_is_refused(
     slack: SlackEnv, store_redis: Redis
 ) -> None:
