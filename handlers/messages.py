@@ -2,7 +2,8 @@
 
 Slack retries events it thinks were not received, so each event is handled once, by
 ``event_id``. The bot's own messages (dropped by Bolt), other bots' messages, edits,
-deletions and messages outside a handoff's thread are ignored.
+deletions, messages outside a handoff's thread and replies to a handoff that no longer
+exists (purged after its retention) are ignored.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from slack_sdk import WebClient
 
 from handlers.decisions import STORE_DOWN, UNAVAILABLE, Refusal, decide_as
 from handlers.deps import deps_of
+from store.exceptions import HandoffNotFound
 from store.models import RequestType
 
 logger = logging.getLogger(__name__)
@@ -41,11 +43,16 @@ def on_message(
         handoff_id = deps.store.handoff_for_message(channel, thread_ts)
         if handoff_id is None:
             return
+        # Read before the event is marked seen: a reply to a handoff that is gone (purged
+        # after its retention, while a link to it survived) changes nothing at all.
+        handoff = deps.store.get(handoff_id)
         event_id = body.get("event_id")
         if event_id and not deps.store.first_sighting(str(event_id)):
             logger.info("duplicate event ignored", extra={"event_id": event_id})
             return
-        handoff = deps.store.get(handoff_id)
+    except HandoffNotFound:
+        logger.info("reply to a handoff that no longer exists", extra={"handoff_id": handoff_id})
+        return
     except STORE_DOWN:
         logger.exception("store unavailable while reading a thread reply")
         parent_author = event.get("parent_user_id")

@@ -1114,6 +1114,96 @@ def test_idempotency_key_of_a_purged_handoff_can_be_used_again(
     assert second.handoff.id != first.id
 
 
+def _run_like_a_job(
+    store: HandoffStore, handoff_id: str, kind: TaskKind, refs: dict[str, Any], *links: str
+) -> None:
+    """What ``worker.jobs`` does with the notifier's answer: link each message
+    (``channel:ts``), then record the refs."""
+    start = store.begin_task(handoff_id, kind, run_token=new_handoff_id())
+    assert start.action == "run", start.action
+    for link in links:
+        store.link_message(handoff_id, *link.split(":"))
+    assert store.finish_task(handoff_id, kind, attempt=start.attempt, message_refs=refs) == (
+        "completed"
+    )
+
+
+def _link_keys(redis: Redis, store: HandoffStore) -> dict[str, str]:
+    """Every message link of the namespace (key -> handoff id) and every set of links."""
+    found = {}
+    for pattern in ("msg:*", "links:*"):
+        for key in redis.scan_iter(match=store.keys.prefix + pattern):
+            value = redis.get(key) if redis.type(key) == b"string" else b"(set)"
+            found[key.decode()] = value.decode()
+    return found
+
+
+def test_purge_removes_every_message_link_of_a_handoff(
+    redis: Redis, fast_tasks: TaskPolicy
+) -> None:
+    store = HandoffStore(redis, StoreConfig(retention_seconds=0.05, tasks=fast_tasks))
+    handoff = create(
+        store,
+        RequestType.QUESTION,
+        resume_target=None,
+        channel="C1",
+        escalate_after_seconds=0.001,
+        escalate_to="C0ONCALL",
+    )
+    kept = create(store, RequestType.QUESTION, resume_target=None)
+    # Posted to C1, reassigned to C2 (the C1 message is left pointing there), then
+    # escalated: a copy in C0ONCALL. Three messages, three links.
+    _run_like_a_job(store, handoff.id, TaskKind.DELIVER, {"channel": "C1", "ts": "1.1"}, "C1:1.1")
+    store.reassign(handoff.id, by="U0ADMIN", channel="C2")
+    moved = {"channel": "C1", "ts": "1.1", "moved_to": "C2"}
+    reposted = {"channel": "C2", "ts": "2.2", "copies": [moved], "record_ts": None}
+    _run_like_a_job(store, handoff.id, TaskKind.DELIVER, reposted, "C2:2.2")
+    escalated = {**reposted, "copies": [moved, {"channel": "C0ONCALL", "ts": "3.3"}]}
+    _run_like_a_job(store, handoff.id, TaskKind.ESCALATE, escalated, "C1:1.1", "C0ONCALL:3.3")
+    _run_like_a_job(store, kept.id, TaskKind.DELIVER, {"channel": "C1", "ts": "4.4"}, "C1:4.4")
+    assert store.handoff_for_message("C0ONCALL", "3.3") == handoff.id
+    store.decide(handoff.id, Status.ANSWERED, decided_by="U1", answer="EU")
+    time.sleep(0.1)
+
+    assert store.purge_decided() == 1
+
+    for channel, ts in [("C1", "1.1"), ("C2", "2.2"), ("C0ONCALL", "3.3")]:
+        assert store.handoff_for_message(channel, ts) is None
+    # Nothing of the purged handoff is left; the pending one keeps its link.
+    assert _link_keys(redis, store) == {
+        store.keys.message_link("C1", "4.4"): kept.id,
+        store.keys.message_links(kept.id): "(set)",
+    }
+    before = snapshot(redis)
+    assert store.purge_decided() == 0  # idempotent: a second sweep finds nothing to do
+    assert snapshot(redis) == before
+
+
+def test_purge_removes_links_written_before_handoffs_kept_a_set_of_them(
+    redis: Redis, fast_tasks: TaskPolicy
+) -> None:
+    store = HandoffStore(redis, StoreConfig(retention_seconds=0.05, tasks=fast_tasks))
+    handoff = create(store, resume_target=None)
+    refs = {
+        "channel": "C2",
+        "ts": "2.2",
+        "copies": [
+            {"channel": "C1", "ts": "1.1", "moved_to": "C2"},
+            {"channel": "C3", "ts": "3.3"},
+        ],
+    }
+    _run_like_a_job(store, handoff.id, TaskKind.DELIVER, refs)
+    for channel, ts in [("C1", "1.1"), ("C2", "2.2"), ("C3", "3.3")]:
+        redis.set(store.keys.message_link(channel, ts), handoff.id)  # as link_message once did
+    redis.set(store.keys.message_link("C9", "9.9"), "ho_someone_else")
+    store.decide(handoff.id, Status.REJECTED, decided_by="U1")
+    time.sleep(0.1)
+
+    assert store.purge_decided() == 1
+
+    assert _link_keys(redis, store) == {store.keys.message_link("C9", "9.9"): "ho_someone_else"}
+
+
 # -- audit ----------------------------------------------------------------------------
 
 

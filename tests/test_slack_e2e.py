@@ -16,6 +16,7 @@ from redis import Redis
 from bot.blockkit import ids
 from store.models import Status, TaskState
 from tests.support import resume_targets, slack_env
+from tests.support.redis_state import snapshot
 from tests.support.slack_env import ADMIN, ALICE, BOB, CAROL, CHANNEL, SlackEnv, wait_for
 
 
@@ -244,6 +245,35 @@ def test_bot_and_edited_messages_in_the_thread_are_ignored(slack: SlackEnv) -> N
     )
     slack.standin.post_message(ALICE, CHANNEL, "top level, not in the thread")
     assert slack.handoffs.get(handoff.id).status is Status.PENDING
+
+
+def test_a_reply_in_the_thread_of_a_handoff_that_is_gone_is_ignored(slack: SlackEnv) -> None:
+    handoff = slack.handoffs.ask(run_id="run-q", thread_id="t", question="Which region?")
+    message = slack.posted(handoff.id)
+    store = slack.handoffs.store
+    # Gone, while a link to it is left (as purges before the links were kept in a set did).
+    slack.redis.delete(store.keys.handoff(handoff.id))
+    assert store.handoff_for_message(CHANNEL, message.ts) == handoff.id
+
+    def stored() -> dict:
+        """The namespace's keys, less the request gate's replay markers (one per request)."""
+        prefix, replay = store.keys.prefix.encode(), b":bot:request:"
+        return {
+            k: v
+            for k, v in snapshot(slack.redis).items()
+            if k.startswith(prefix) and replay not in k
+        }
+
+    before = stored()
+
+    _, response = slack.standin.post_message(ALICE, CHANNEL, "eu-west-1", thread_ts=message.ts)
+
+    assert response.status == 200, response.text
+    served = "".join(p.read_text() for p in slack.log_dir.glob("serve-*.log"))
+    assert " ERROR " not in served and "Traceback" not in served, served
+    assert slack.standin.ephemerals(ALICE) == []
+    assert [m for m in slack.standin.thread(CHANNEL, message.ts) if m.bot_id] == []
+    assert stored() == before  # not even the event is marked seen
 
 
 def test_correction_is_edited_and_sent_back(slack: SlackEnv) -> None:

@@ -145,3 +145,60 @@ def test_expire_now_resumes_with_expired_and_updates_the_message(slack: SlackEnv
     assert _buttons(slack.standin.message(CHANNEL, message.ts).blocks) == set()
     expired_event = [e for e in slack.handoffs.audit(handoff_id) if e.event == "expired"]
     assert expired_event[0].actor == ADMIN
+
+
+@pytest.fixture
+def short_retention(redis: Redis, redis_url: str, tmp_path: Path) -> Iterator[SlackEnv]:
+    """Decided handoffs may be purged 0.9 s after their decision."""
+    yield from running_slack(
+        redis, redis_url, tmp_path, extra_env={"HANDOFF_RETENTION_DAYS": "0.00001"}
+    )
+
+
+def test_a_reply_in_the_escalation_copy_of_a_purged_handoff_is_ignored(
+    short_retention: SlackEnv,
+) -> None:
+    slack = short_retention
+    handoff = slack.region_question(
+        run_id="run-p",
+        resume="tests.support.resume_targets:record",
+        escalate_after=0.3,
+        escalate_to=ONCALL,
+    )
+    primary = slack.posted(handoff.id)
+    wait_for(lambda: slack.standin.messages(ONCALL), timeout=20)
+    [copy] = slack.standin.messages(ONCALL)
+    wait_for(lambda: slack.handoffs.get(handoff.id).escalated_at)
+    _, answered = slack.standin.post_message(ALICE, CHANNEL, "eu-west-1", thread_ts=primary.ts)
+    assert answered.status == 200
+    wait_for(lambda: slack.handoffs.get(handoff.id).resume.state is TaskState.COMPLETED)
+    wait_for(lambda: slack.handoffs.get(handoff.id).notify.state is TaskState.COMPLETED)
+    store = slack.handoffs.store
+    # Past retention (0.9 s): the sweep the dispatcher runs, run here rather than waited for.
+    wait_for(
+        lambda: store.purge_decided() or not slack.redis.exists(store.keys.handoff(handoff.id)),
+        timeout=10,
+    )
+
+    def links_left() -> list[str]:
+        links = [
+            key.decode()
+            for key in slack.redis.scan_iter(match=store.keys.prefix + "msg:*")
+            if slack.redis.get(key) == handoff.id.encode()
+        ]
+        if slack.redis.exists(store.keys.message_links(handoff.id)):
+            links.append(store.keys.message_links(handoff.id))
+        return links
+
+    seen_events = set(slack.redis.scan_iter(match=store.keys.prefix + "event:*"))
+    bot_replies = _bot_replies(slack, ONCALL, copy.ts)
+
+    _, late = slack.standin.post_message(CAROL, ONCALL, "us-east-1", thread_ts=copy.ts)
+
+    assert late.status == 200, late.text
+    served = "".join(p.read_text() for p in slack.log_dir.glob("serve-*.log"))
+    assert " ERROR " not in served and "Traceback" not in served, served
+    assert slack.standin.ephemerals(CAROL) == []
+    assert _bot_replies(slack, ONCALL, copy.ts) == bot_replies
+    assert set(slack.redis.scan_iter(match=store.keys.prefix + "event:*")) == seen_events
+    assert links_left() == []  # the copy's link too, not only the primary's
