@@ -25,8 +25,6 @@ key                                    type    contents
 ``{ns}:job:<task>:<id>``               string  id of the RQ job last dispatched for a task
                                                (expires)
 ``{ns}:msg:<channel>:<ts>``            string  handoff id of a posted Slack message
-``{ns}:links:<id>``                    set     the handoff's ``msg:`` keys (its message, the
-                                               escalation copies, messages moved from)
 ``{ns}:event:<event_id>``              string  Slack event already handled (expires)
 ``{ns}:retention``                     zset    decided id -> when it may be purged (ms)
 ``{ns}:wake``                          list    at most one token; wakes the dispatcher
@@ -35,8 +33,9 @@ key                                    type    contents
 
 Handoff hashes have no TTL: a pending handoff never disappears on its own, and a decided
 one is removed only by the retention sweep once its resume has finished. The sweep removes
-its message links with it (every key named in ``links:<id>``), so no reply in the thread of
-one of its messages finds a handoff that is gone.
+its message links with it (every message its ``message_refs`` name: the message, escalation
+copies, messages it moved from), so no reply in one of their threads finds a handoff that
+is gone.
 """
 
 from __future__ import annotations
@@ -135,10 +134,6 @@ class KeySpace:
     def message_link(self, channel: str, ts: str) -> str:
         """Which handoff a posted Slack message belongs to."""
         return f"{self.prefix}msg:{channel}:{ts}"
-
-    def message_links(self, handoff_id: str) -> str:
-        """Every message link (``message_link`` key) written for a handoff."""
-        return f"{self.prefix}links:{handoff_id}"
 
     def seen_event(self, event_id: str) -> str:
         """Marker of a Slack event already handled (Slack retries events)."""

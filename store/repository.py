@@ -671,15 +671,12 @@ class HandoffStore:
     def link_message(self, handoff_id: str, channel: str, ts: str) -> None:
         """Remember that the Slack message ``channel``/``ts`` shows this handoff.
 
-        The link's key is also added to the handoff's set of links, in the same
-        transaction, so that the retention sweep (``purge_decided``) removes every link of
-        the handoff with it: its message, escalation copies, messages it was moved from.
+        Every linked message is also in the handoff's ``message_refs`` (its message, the
+        escalation copies, the messages it moved from), which is how the retention sweep
+        (``purge_decided``) finds and removes each link. No set of links is kept besides:
+        it would cost about 280 bytes per posted handoff.
         """
-        link = self.keys.message_link(channel, ts)
-        with self.redis.pipeline(transaction=True) as pipe:
-            pipe.set(link, handoff_id)
-            pipe.sadd(self.keys.message_links(handoff_id), link)
-            pipe.execute()
+        self.redis.set(self.keys.message_link(channel, ts), handoff_id)
 
     def handoff_for_message(self, channel: str, ts: str) -> str | None:
         """The id of the handoff shown by a Slack message, if any."""

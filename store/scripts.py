@@ -518,11 +518,9 @@ for _, id in ipairs(due) do
   if f[1] == 'none' or f[1] == 'completed' or not f[1] then
     redis.call('DEL', hkey, P .. 'audit:' .. id)
     if f[2] and f[2] ~= '' then redis.call('DEL', P .. 'idem:' .. f[2]) end
-    -- Every message link goes with it: those named in links:<id> (written with each link)
-    -- and, for links written before that set was kept, those of the message refs (the
-    -- message, escalation copies, messages moved from). Only links to this handoff go.
-    local lkey = P .. 'links:' .. id
-    local links = redis.call('SMEMBERS', lkey)
+    -- Every message link goes with it: those of the message refs (the message, escalation
+    -- copies, messages moved from). Only links that still name this handoff go.
+    local links = {}
     local ok, refs = pcall(cjson.decode, f[3] or '{}')
     if ok and type(refs) == 'table' then
       local shown = {refs}
@@ -538,7 +536,6 @@ for _, id in ipairs(due) do
     for _, link in ipairs(links) do
       if redis.call('GET', link) == id then redis.call('DEL', link) end
     end
-    redis.call('DEL', lkey)
     redis.call('ZREM', KEYS[1], id)
     for _, k in ipairs({'deliver', 'resume', 'notify'}) do
       redis.call('ZREM', P .. 'outbox', k .. ':' .. id)

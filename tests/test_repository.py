@@ -1129,13 +1129,11 @@ def _run_like_a_job(
 
 
 def _link_keys(redis: Redis, store: HandoffStore) -> dict[str, str]:
-    """Every message link of the namespace (key -> handoff id) and every set of links."""
-    found = {}
-    for pattern in ("msg:*", "links:*"):
-        for key in redis.scan_iter(match=store.keys.prefix + pattern):
-            value = redis.get(key) if redis.type(key) == b"string" else b"(set)"
-            found[key.decode()] = value.decode()
-    return found
+    """Every message link of the namespace (key -> handoff id)."""
+    return {
+        key.decode(): redis.get(key).decode()
+        for key in redis.scan_iter(match=store.keys.prefix + "msg:*")
+    }
 
 
 def test_purge_removes_every_message_link_of_a_handoff(
@@ -1172,14 +1170,13 @@ def test_purge_removes_every_message_link_of_a_handoff(
     # Nothing of the purged handoff is left; the pending one keeps its link.
     assert _link_keys(redis, store) == {
         store.keys.message_link("C1", "4.4"): kept.id,
-        store.keys.message_links(kept.id): "(set)",
     }
     before = snapshot(redis)
     assert store.purge_decided() == 0  # idempotent: a second sweep finds nothing to do
     assert snapshot(redis) == before
 
 
-def test_purge_removes_links_written_before_handoffs_kept_a_set_of_them(
+def test_purge_removes_the_links_its_message_refs_name_and_no_other(
     redis: Redis, fast_tasks: TaskPolicy
 ) -> None:
     store = HandoffStore(redis, StoreConfig(retention_seconds=0.05, tasks=fast_tasks))
