@@ -4,8 +4,11 @@ slack_sdk redacts the ``Authorization`` header in its debug logs, and our own co
 logs a secret; this is the second line of defence, for a library that one day logs a
 request body, an exception that quotes a URL with a token, or a setting printed by mistake.
 Once installed (``handoff`` does it before any command runs), every log record of the
-process, from any logger, has the configured secrets and anything shaped like a Slack token
-(``xoxb-...``, ``xapp-...``) replaced by ``[redacted]``, in its message and its traceback.
+process, from any logger, has the configured secrets, anything shaped like a Slack token
+(``xoxb-...``, ``xapp-...``), Slack response URLs and the password of any URL
+(``redis://:password@host``) replaced by ``[redacted]``: in its message, in its ``extra=``
+fields, in its traceback and stack, and in the exception text of any formatter that renders
+the exception itself (a JSON formatter, for instance).
 """
 
 from __future__ import annotations
@@ -21,26 +24,54 @@ REDACTED = "[redacted]"
 SLACK_TOKEN = re.compile(r"\b(?:xox[abeoprs]|xapp)-[A-Za-z0-9][A-Za-z0-9-]*")
 """Slack bot, user, app-level and refresh tokens."""
 
+RESPONSE_URL = re.compile(r"(https://hooks\.slack\.com/)[^\s\"'<>]+")
+"""Slack's response URLs and webhooks: whoever has one can post as the app for a while."""
+
+URL_PASSWORD = re.compile(r"(\b[a-z][a-z0-9+.-]*://[^:/@\s]*:)[^@/\s]+@")
+"""The password of a URL with credentials (``redis://user:password@host``)."""
+
 MIN_SECRET_LENGTH = 8
 """Shorter values are not redacted by value (they would hide ordinary words)."""
 
+# What a LogRecord holds of its own; anything else on a record came from ``extra=``.
+_RECORD_FIELDS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
+    "message",
+    "asctime",
+}
+
 
 def redact(text: str, secrets: Iterable[str]) -> str:
-    """``text`` with every secret and every Slack-token-shaped string replaced."""
+    """``text`` with every secret, Slack token, response URL and URL password replaced."""
     for secret in secrets:
         text = text.replace(secret, REDACTED)
-    return SLACK_TOKEN.sub(REDACTED, text)
+    text = SLACK_TOKEN.sub(REDACTED, text)
+    text = RESPONSE_URL.sub(rf"\g<1>{REDACTED}", text)
+    return URL_PASSWORD.sub(rf"\g<1>{REDACTED}@", text)
 
 
 def install(secrets: Iterable[str | None]) -> Callable[[], None]:
-    """Redact ``secrets`` (None and short values are skipped) and Slack tokens from every
-    log record created in this process from now on; returns a function that undoes it."""
+    """Redact ``secrets`` (None and short values are skipped), Slack tokens, response URLs
+    and URL passwords from every log record created in this process from now on; returns a
+    function that undoes it.
+
+    Three hooks, because no single one of logging's sees everything: the record factory
+    (message, traceback, stack), ``Logger.makeRecord`` (``extra=`` fields are set on the
+    record after the factory made it) and ``Formatter.formatException`` (formatters that
+    render ``exc_info`` themselves rather than using the redacted ``exc_text``).
+    """
     values = sorted({s for s in secrets if s and len(s) >= MIN_SECRET_LENGTH}, key=len)[::-1]
-    previous = logging.getLogRecordFactory()
+    previous_factory = logging.getLogRecordFactory()
+    previous_make_record = logging.Logger.makeRecord
+    previous_format_exception = logging.Formatter.formatException
 
     def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
-        record = previous(*args, **kwargs)
-        message = record.getMessage()
+        record = previous_factory(*args, **kwargs)
+        try:
+            message = record.getMessage()
+        except Exception:
+            # A malformed call (arguments that do not fit the format): left as it is, so
+            # logging reports it when the record is emitted, as it would without us.
+            return record
         cleaned = redact(message, values)
         if cleaned != message:
             record.msg, record.args = cleaned, None
@@ -52,5 +83,23 @@ def install(secrets: Iterable[str | None]) -> Callable[[], None]:
             record.stack_info = redact(record.stack_info, values)
         return record
 
+    def make_record(self: logging.Logger, *args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = previous_make_record(self, *args, **kwargs)
+        for name, value in list(vars(record).items()):
+            if name not in _RECORD_FIELDS and isinstance(value, str):
+                setattr(record, name, redact(value, values))
+        return record
+
+    def format_exception(self: logging.Formatter, ei: Any) -> str:
+        return redact(previous_format_exception(self, ei), values)
+
     logging.setLogRecordFactory(factory)
-    return lambda: logging.setLogRecordFactory(previous)
+    logging.Logger.makeRecord = make_record  # type: ignore[method-assign]
+    logging.Formatter.formatException = format_exception  # type: ignore[method-assign]
+
+    def undo() -> None:
+        logging.setLogRecordFactory(previous_factory)
+        logging.Logger.makeRecord = previous_make_record  # type: ignore[method-assign]
+        logging.Formatter.formatException = previous_format_exception  # type: ignore[method-assign]
+
+    return undo
