@@ -151,8 +151,8 @@ def create_handoff(handoffs: Handoffs, i: int, bench_key: str) -> Handoff:
         args={"order_id": f"A-{i:06d}", "amount_usd": 30, "reason": "charged twice"},
         description="Refund one of two identical charges",
         context="The customer was charged twice for the same order; refund one charge.",
-        channel="#bench-approvals",
-        reviewers=["U_BENCH"],
+        channel="C0BENCHAPPROVALS",
+        reviewers=["U0BENCH"],
         resume=RESUME_TARGET,
         agent_name="bench-agent",
         metadata={METADATA_KEY: bench_key},
@@ -161,7 +161,7 @@ def create_handoff(handoffs: Handoffs, i: int, bench_key: str) -> Handoff:
 
 def approve(handoffs: Handoffs, handoff_id: str) -> None:
     """Approve as a reviewer clicking the button would."""
-    handoffs.decide(handoff_id, "approved", by="U_BENCH", via="bench")
+    handoffs.decide(handoff_id, "approved", by="U0BENCH", via="bench")
 
 
 # -- phase 1: create+decide against raw round trips ------------------------------------

@@ -333,8 +333,15 @@ def _run(redis: Redis, slack: SlackStandIn, options: Options, server: str) -> Li
     namespace = common.new_namespace("benchlist")
     store = HandoffStore(redis, StoreConfig(namespace=namespace))
     client = WebClient(token=slack.bot_token, base_url=slack.api_url)
+    # Handoffs naming no reviewers are their channels' members' (everyone is in every
+    # channel of the stand-in), so they are in every viewer's queue: the heavier case.
     reviewers = ReviewerPolicy(
-        client, redis, store.keys, admins={ADMIN}, cache_seconds=CACHE_SECONDS
+        client,
+        redis,
+        store.keys,
+        admins={ADMIN},
+        cache_seconds=CACHE_SECONDS,
+        allow_any_channel_member=True,
     )
     deps = HandlerDeps(store=store, reviewers=reviewers)
     try:

@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, field_validator
 
 from bot import defaults
-from store.settings import StoreSettings
+from store import slack_ids
+from store.settings import StoreSettings, check_id_setting
 
 
 class Settings(StoreSettings):
@@ -41,7 +42,7 @@ class Settings(StoreSettings):
     channel: str | None = Field(
         default=None,
         validation_alias=AliasChoices("HANDOFF_CHANNEL"),
-        description="Channel for handoffs that name none.",
+        description="Channel id (C…, G…) for handoffs that name none.",
     )
     admins: str = Field(
         default="",
@@ -51,6 +52,18 @@ class Settings(StoreSettings):
     default_reviewers: str = Field(
         default="",
         description="Comma-separated user or user-group ids who may decide handoffs naming none.",
+    )
+    allow_any_channel_member: bool = Field(
+        default=False,
+        description=(
+            "A handoff naming no reviewers (with HANDOFF_DEFAULT_REVIEWERS unset) may be seen "
+            "and decided by any member of its channel; unset, only by the admins."
+        ),
+    )
+    channel_members_cache_seconds: int = Field(
+        default=defaults.CHANNEL_MEMBERS_CACHE_SECONDS,
+        ge=0,
+        description="How long a channel's members are cached (HANDOFF_ALLOW_ANY_CHANNEL_MEMBER).",
     )
     block_self_approval: bool = Field(
         default=True,
@@ -66,6 +79,23 @@ class Settings(StoreSettings):
         pattern=r"^/[a-z0-9_-]{1,31}$",
         description="The slash command the bot answers (as declared in manifest.yml).",
     )
+
+    # The ids are posted to and mentioned, so only ids are taken (store.slack_ids); the
+    # error names the one that is not (ids are no secret, unlike the tokens).
+    @field_validator("channel")
+    @classmethod
+    def _channel_is_a_channel_id(cls, value: str | None) -> str | None:
+        return check_id_setting(value, slack_ids.CHANNEL) or None
+
+    @field_validator("admins")
+    @classmethod
+    def _admins_are_user_ids(cls, value: str) -> str:
+        return check_id_setting(value, slack_ids.USER, many=True)
+
+    @field_validator("default_reviewers")
+    @classmethod
+    def _default_reviewers_are_reviewer_ids(cls, value: str) -> str:
+        return check_id_setting(value, slack_ids.REVIEWER, many=True)
 
     @property
     def admin_ids(self) -> frozenset[str]:

@@ -6,6 +6,10 @@ SLASH_COMMAND = "/handoff"
 USERGROUP_CACHE_SECONDS = 300
 """How long the workspace's user groups and their members are cached in Redis."""
 
+CHANNEL_MEMBERS_CACHE_SECONDS = 300
+"""How long a channel's members are cached in Redis (who may decide handoffs naming no
+reviewers, with ``HANDOFF_ALLOW_ANY_CHANNEL_MEMBER``)."""
+
 ADMIN_CACHE_SECONDS = 300
 """How long Slack's answer to "is this person a workspace admin or owner" is cached."""
 

@@ -15,6 +15,9 @@ key                                    type    contents
                                                ``user:<id>`` -> JSON [group ids],
                                                ``fetched_at`` -> ms; expires as a whole
                                                (``bot.access.usergroups``)
+``{ns}:bot:channel:<id>:members``      set     the channel's members (``conversations.members``)
+                                               and the marker "*"; expires
+                                               (``bot.access.channel_members``)
 ``{ns}:bot:unassigned``                zset    pending ids with no reviewers (score 0), kept
                                                up to date by ``bot.queries.unassigned``
 ``{ns}:bot:unassigned:walk``           string  last pending id walked while building it, or
@@ -30,6 +33,8 @@ key                                    type    contents
 ``{ns}:bot:request:<signature>``       string  a signed HTTP request already accepted (replay
                                                guard, ``bot.http.replay``); expires with the
                                                signature's freshness window
+``{ns}:bot:request:event:<event_id>``  string  an event already let through (by its signed
+                                               ``event_id``); expires after an hour
 =====================================  ======  ===============================================
 """
 
@@ -60,6 +65,10 @@ class BotKeys:
         """The cached snapshot of the workspace's user groups: each group's members and each
         member's groups (``bot.access.usergroups``)."""
         return f"{self.prefix}usergroups"
+
+    def channel_members(self, channel: str) -> str:
+        """The cached members of ``channel`` (``bot.access.channel_members``)."""
+        return f"{self.prefix}channel:{channel}:members"
 
     @property
     def unassigned(self) -> str:

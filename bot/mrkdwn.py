@@ -10,6 +10,8 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+from store import slack_ids
+
 
 def escape(text: str) -> str:
     """``text`` with ``&``, ``<`` and ``>`` escaped: agent text must not ping channels or
@@ -52,37 +54,48 @@ def split_text(text: str, size: int) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)]
 
 
+_NAME_SHOWN = 80  # of a stored name that is no id, shown as text in place of a mention
+
+
 def is_usergroup(reviewer: str) -> bool:
     """Whether a reviewer id names a user group (``S…``) rather than a person."""
-    return reviewer.startswith("S") and reviewer.isalnum()
-
-
-def mention(user_id: str) -> str:
-    """A person as a Slack mention; anything that is not a user id is shown escaped, so a
-    stored name can never become a mention or a link."""
-    if user_id.startswith(("U", "W")) and user_id.isalnum():
-        return f"<@{user_id}>"
-    return escape(user_id)
+    return slack_ids.is_usergroup_id(reviewer)
 
 
 def is_conversation_id(channel: str) -> bool:
     """Whether ``channel`` looks like a Slack conversation id (``C…``, ``G…``, ``D…``)."""
-    return channel[:1] in ("C", "G", "D") and channel.isalnum() and channel.isupper()
+    return slack_ids.is_channel_id(channel)
+
+
+# The mentions below are the only ones the bot writes. Each emits one only for a value of
+# the shape of an id (store.slack_ids, the test the request model makes); anything else (a
+# record stored before requests were checked, a name) is shown as escaped, shortened text,
+# so it can never become a mention, a channel ping or a link.
+
+
+def mention(user_id: str) -> str:
+    """A person as a Slack mention, or a name that is not a user id as text."""
+    if slack_ids.is_user_id(user_id):
+        return f"<@{user_id}>"
+    return _as_text(user_id)
 
 
 def channel_mention(channel: str) -> str:
-    """A conversation as a Slack channel link; anything that is not a conversation id (an
-    agent may send any string) is shown escaped, so it can never become a mention or a link."""
-    if is_conversation_id(channel):
+    """A conversation as a Slack channel link, or anything else as ``#text``."""
+    if slack_ids.is_channel_id(channel):
         return f"<#{channel}>"
-    return f"#{escape(channel)}"
+    return f"#{_as_text(channel)}"
 
 
 def reviewer_mention(reviewer: str) -> str:
-    """A reviewer (a person or a user group) as a Slack mention."""
-    if is_usergroup(reviewer):
+    """A reviewer (a person or a user group) as a Slack mention, or anything else as text."""
+    if slack_ids.is_usergroup_id(reviewer):
         return f"<!subteam^{reviewer}>"
     return mention(reviewer)
+
+
+def _as_text(name: str) -> str:
+    return escape(clip(name, _NAME_SHOWN))
 
 
 def slack_date(moment: datetime) -> str:

@@ -7,7 +7,10 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic_core import PydanticCustomError
+
+from store import slack_ids
 
 
 class RequestType(StrEnum):
@@ -110,6 +113,26 @@ Payload = Annotated[
 ]
 
 
+def _slack_id(kind: slack_ids.IdKind) -> AfterValidator:
+    """A check that a field holds an id of ``kind``; its error says what was given and what
+    such an id looks like (without pydantic's "Value error," prefix: agents read it)."""
+
+    def check(value: str) -> str:
+        if problem := kind.refusal(value):
+            raise PydanticCustomError("slack_id", "{problem}", {"problem": problem})
+        return value
+
+    return AfterValidator(check)
+
+
+# The routing fields of a request are posted to and mentioned in Slack, so they hold ids
+# and nothing else (store.slack_ids). Only requests are checked: stored handoffs (the
+# ``Handoff`` model) load whatever an older version stored.
+ChannelId = Annotated[str, _slack_id(slack_ids.CHANNEL)]
+ReviewerId = Annotated[str, _slack_id(slack_ids.REVIEWER)]
+EscalationTarget = Annotated[str, _slack_id(slack_ids.ESCALATION_TARGET)]
+
+
 class HandoffRequest(_Strict):
     """Everything an agent sends to create a handoff. Stored as-is and never changed."""
 
@@ -118,9 +141,11 @@ class HandoffRequest(_Strict):
     request_type: RequestType
     context: str = ""
     payload: Payload
-    channel: str | None = None
-    reviewers: list[str] = Field(default_factory=list)
-    requester: str | None = None
+    channel: ChannelId | None = None
+    reviewers: list[ReviewerId] = Field(default_factory=list)
+    # Who asked: a Slack user id (mentioned, and kept from deciding when self-approval is
+    # blocked) or any other name, which is shown escaped and never becomes a mention.
+    requester: str | None = Field(default=None, max_length=256)
     agent_name: str | None = None
     resume_target: str | None = None
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=256)
@@ -128,8 +153,7 @@ class HandoffRequest(_Strict):
     remind_after_seconds: float | None = Field(default=None, ge=0)
     max_reminders: int | None = Field(default=None, ge=0, le=100)
     escalate_after_seconds: float | None = Field(default=None, ge=0)
-    # A channel or user-group id: it is posted and mentioned, so nothing else gets in.
-    escalate_to: str | None = Field(default=None, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+    escalate_to: EscalationTarget | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")

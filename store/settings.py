@@ -16,7 +16,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from redis import Redis
 from redis.connection import ConnectionPool, parse_url
 
-from store import defaults
+from store import defaults, slack_ids
 from store.exceptions import ConfigurationError
 from store.keys import KeySpace
 from store.repository import HandoffStore, StoreConfig, TaskPolicy
@@ -148,6 +148,12 @@ class StoreSettings(BaseSettings):
                 ) from None
         return value
 
+    @field_validator("escalate_to")
+    @classmethod
+    def _escalate_to_is_a_channel_or_group_id(cls, value: str | None) -> str | None:
+        # Posted to or mentioned, as an agent's escalate_to is (store.slack_ids).
+        return check_id_setting(value, slack_ids.ESCALATION_TARGET) or None
+
     @field_validator("namespace")
     @classmethod
     def _namespace_is_a_key_prefix(cls, value: str) -> str:
@@ -217,6 +223,17 @@ class StoreSettings(BaseSettings):
             retention_seconds=timedelta(days=self.retention_days).total_seconds(),
             tasks=self.task_policy(),
         )
+
+
+def check_id_setting(value: str | None, kind: slack_ids.IdKind, *, many: bool = False) -> str:
+    """``value``, a setting holding a Slack id (or, with ``many``, comma-separated ids),
+    stripped; blank is unset (``""``). Raises ``ValueError`` naming the first that is not
+    an id of ``kind``; the error names it (ids are no secret)."""
+    text = (value or "").strip()
+    ids = slack_ids.parse_id_list(text) if many else [text] if text else []
+    if problem := kind.first_refusal(ids):
+        raise ValueError(problem)
+    return text
 
 
 def describe_settings_error(exc: ValidationError, settings_type: type[StoreSettings]) -> str:

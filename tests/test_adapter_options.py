@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from redis import Redis
 
+from store.exceptions import InvalidHandoffRequest
 from worker.adapters.decorators import ask_human, question_tool, require_approval
 from worker.adapters.langgraph import LangGraphHandoffs
 from worker.adapters.openai_agents import OpenAIAgentsHandoffs
@@ -71,3 +72,27 @@ def test_the_options_the_adapters_document_are_accepted(handoffs: Handoffs) -> N
     require_approval(handoffs=handoffs, **options)
     question_tool(handoffs=handoffs, **options)
     _langgraph(handoffs, **options)
+
+
+@pytest.mark.parametrize("name", list(ADAPTERS))
+@pytest.mark.parametrize(
+    ("options", "refused"),
+    [
+        ({"reviewers": ["U0ALICE", "bob"]}, "reviewers: 'bob' is not a Slack user id (U…/W…)"),
+        ({"channel": "#refunds"}, "channel: '#refunds' is not a Slack channel id (C…/G…/D…)"),
+        ({"channel": "C0X> <!channel>"}, "channel: 'C0X> <!channel>' is not a Slack channel id"),
+    ],
+)
+def test_a_routing_option_that_is_no_slack_id_is_refused_when_set_up(
+    name: str, options: dict[str, Any], refused: str, handoffs: Handoffs, redis: Redis
+) -> None:
+    # Refused at once, not at the run's first pause (days later, in a worker).
+    keys = set(redis.keys())
+    if name == "ask_human":  # it blocks for the answer: not forever, should it be asked
+        options = {**options, "timeout": 0.1}
+
+    with pytest.raises(InvalidHandoffRequest) as raised:
+        ADAPTERS[name](handoffs, **options)
+
+    assert str(raised.value).startswith(f"invalid handoff options: {refused}")
+    assert set(redis.keys()) == keys

@@ -177,7 +177,7 @@ def test_a_framework_calling_the_tool_goes_through_the_approval(
 def test_positional_and_default_arguments_are_shown_by_name_with_a_schema(
     handoffs: Handoffs, calls: list
 ) -> None:
-    issue_refund = _refund_tool(handoffs, calls, reviewers=["U_ALICE"])
+    issue_refund = _refund_tool(handoffs, calls, reviewers=["U0ALICE"])
     reviewer = Reviewer(handoffs, "approved")
 
     with handoff_run("run-42", "ticket-7"):
@@ -189,7 +189,7 @@ def test_positional_and_default_arguments_are_shown_by_name_with_a_schema(
     assert action.args == {"order_id": "A-1", "amount_usd": 10, "note": None}
     assert action.description == "Refund part of an order."
     assert action.args_schema["properties"]["amount_usd"]["type"] == "integer"  # type: ignore[index]
-    assert (seen.run_id, seen.thread_id, seen.reviewers) == ("run-42", "ticket-7", ["U_ALICE"])
+    assert (seen.run_id, seen.thread_id, seen.reviewers) == ("run-42", "ticket-7", ["U0ALICE"])
     assert seen.resume_target is None  # blocking: nothing for a worker to do
 
 

@@ -87,10 +87,10 @@ def test_async_methods_reach_the_same_store_as_the_sync_client(
     async def scenario() -> None:
         client = AsyncHandoffs(handoffs, aioredis.Redis.from_url(redis_url))
         try:
-            approval = await client.request_approval(**RUN, action="deploy", channel="C1")
+            approval = await client.request_approval(**RUN, action="deploy", channel="C01")
             escalation = await client.escalate(**RUN, summary="help")
             correction = await client.request_correction(**RUN, draft="d")
-            page = await client.list_pending(channel="C1")
+            page = await client.list_pending(channel="C01")
             assert [h.id for h in page.items] == [approval.id]
             await client.claim(escalation.id, by="U1")
             resolved = await client.decide(escalation.id, "answered", by="U1", answer="ok")
@@ -160,7 +160,7 @@ def test_generic_request_creates_a_handoff_of_any_type(handoffs: Handoffs, redis
         client = AsyncHandoffs(handoffs, aioredis.Redis.from_url(redis_url))
         try:
             return await client.request(
-                "escalation", {"kind": "escalation", "summary": "help"}, **RUN, channel="C9"
+                "escalation", {"kind": "escalation", "summary": "help"}, **RUN, channel="C09"
             )
         finally:
             await client.aclose()
@@ -168,4 +168,4 @@ def test_generic_request_creates_a_handoff_of_any_type(handoffs: Handoffs, redis
     created = asyncio.run(scenario())
 
     stored = handoffs.get(created.id)
-    assert (stored.request_type, stored.channel) == (RequestType.ESCALATION, "C9")
+    assert (stored.request_type, stored.channel) == (RequestType.ESCALATION, "C09")

@@ -101,9 +101,9 @@ def test_list_says_so_when_nothing_is_pending(redis: Redis, redis_url: str) -> N
 
 def test_list_filters_by_channel_run_reviewer_or_type(redis: Redis, redis_url: str) -> None:
     handoffs = Handoffs(redis)
-    asked = handoffs.ask(run_id="run-a", thread_id="t", question="?", channel="C1")
+    asked = handoffs.ask(run_id="run-a", thread_id="t", question="?", channel="C01")
     approval = handoffs.request_approval(
-        run_id="run-b", thread_id="t", action="deploy", channel="C2", reviewers=["U7"]
+        run_id="run-b", thread_id="t", action="deploy", channel="C02", reviewers=["U07"]
     )
     env = {"REDIS_URL": redis_url}
 
@@ -113,14 +113,14 @@ def test_list_filters_by_channel_run_reviewer_or_type(redis: Redis, redis_url: s
         return [line.split()[0] for line in result.stdout.splitlines()]
 
     assert ids() == [asked.id, approval.id]
-    assert ids("--channel", "C1") == [asked.id]
+    assert ids("--channel", "C01") == [asked.id]
     assert ids("--run", "run-b") == [approval.id]
-    assert ids("--reviewer", "U7") == [approval.id]
+    assert ids("--reviewer", "U07") == [approval.id]
     assert ids("--type", "question") == [asked.id]
     assert _handoff("list", "--run", "run-z", env=env).stdout == (
         "no pending handoffs with --run run-z\n"
     )
-    both = _handoff("list", "--channel", "C1", "--run", "run-a", env=env)
+    both = _handoff("list", "--channel", "C01", "--run", "run-a", env=env)
     assert both.returncode == 2
     assert "filter by one of --channel, --run, --reviewer, --type at a time" in both.stderr
     assert "Traceback" not in both.stderr

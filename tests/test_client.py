@@ -119,22 +119,22 @@ def test_request_options_are_stored_with_the_handoff(handoffs: Handoffs) -> None
     handoff = handoffs.ask(
         **RUN,
         question="Which customer?",
-        channel="C1",
-        reviewers=["U1", "S1"],
+        channel="C01",
+        reviewers=["U01", "S01"],
         resume="tests.support.resume_targets:record",
         expires_in=timedelta(minutes=10),
         idempotency_key="key-1",
-        requester="U9",
+        requester="U09",
         agent_name="billing-bot",
         metadata={"ticket": 42},
     )
 
     stored = handoffs.get(handoff.id)
-    assert stored.channel == "C1"
-    assert stored.reviewers == ["U1", "S1"]
+    assert stored.channel == "C01"
+    assert stored.reviewers == ["U01", "S01"]
     assert stored.resume_target == "tests.support.resume_targets:record"
     assert stored.idempotency_key == "key-1"
-    assert (stored.requester, stored.agent_name) == ("U9", "billing-bot")
+    assert (stored.requester, stored.agent_name) == ("U09", "billing-bot")
     assert stored.metadata == {"ticket": 42}
     assert stored.expires_at is not None
     assert stored.expires_at - stored.created_at == timedelta(minutes=10)
@@ -143,19 +143,19 @@ def test_request_options_are_stored_with_the_handoff(handoffs: Handoffs) -> None
 def test_client_defaults_apply_when_the_request_gives_none(redis: Redis) -> None:
     handoffs = Handoffs(
         redis,
-        default_channel="C-default",
-        default_reviewers=["U-lead"],
+        default_channel="C0DEFAULT",
+        default_reviewers=["U0LEAD"],
         default_expires_in=timedelta(seconds=90),
     )
 
     defaulted = handoffs.ask(**RUN, question="?")
-    explicit = handoffs.ask(**RUN, question="?", channel="C2", reviewers=["U2"], expires_in=5)
+    explicit = handoffs.ask(**RUN, question="?", channel="C02", reviewers=["U02"], expires_in=5)
 
-    assert defaulted.channel == "C-default"
-    assert defaulted.reviewers == ["U-lead"]
+    assert defaulted.channel == "C0DEFAULT"
+    assert defaulted.reviewers == ["U0LEAD"]
     assert defaulted.expires_at is not None
     assert defaulted.expires_at - defaulted.created_at == timedelta(seconds=90)
-    assert (explicit.channel, explicit.reviewers) == ("C2", ["U2"])
+    assert (explicit.channel, explicit.reviewers) == ("C02", ["U02"])
     assert explicit.expires_at is not None
     assert explicit.expires_at - explicit.created_at == timedelta(seconds=5)
 
@@ -209,6 +209,54 @@ def test_malformed_request_is_refused_and_writes_nothing(
         make(handoffs)
 
     assert type(caught.value) is InvalidHandoffRequest
+
+
+BAD_ROUTING = {
+    "mention-and-link": "S1> <!channel> <https://evil|x>",
+    "a-name": "bob",
+    "too-short": "C1",
+    "lowercase": "u0alice",
+    "escaped-mention": "<#C123>",
+    "empty": "",
+}
+ROUTING_OPTIONS = [
+    pytest.param(option, value, id=f"{option}-{name}")
+    for option in ("reviewers", "escalate_to", "channel")
+    for name, value in BAD_ROUTING.items()
+    if (option, value) != ("channel", "")  # no channel: the client's default channel
+]
+
+
+@pytest.mark.parametrize("method", CREATING_METHODS)
+@pytest.mark.parametrize(("option", "value"), ROUTING_OPTIONS)
+def test_a_routing_option_that_is_no_slack_id_is_refused_saying_what_an_id_is(
+    redis: Redis, handoffs: Handoffs, method: str, value: str, option: str
+) -> None:
+    handoffs.ask(**RUN, question="an unrelated handoff already stored")
+    given = [value] if option == "reviewers" else value
+
+    with writes_nothing(redis), pytest.raises(InvalidHandoffRequest) as caught:
+        _creating_call(handoffs, method)(**{option: given})
+
+    what = {
+        "reviewers": "reviewers[0]: {!r} is not a Slack user id (U…/W…) or user-group id (S…)",
+        "escalate_to": "escalate_to: {!r} is not a Slack channel id (C…/G…/D…) or user-group id",
+        "channel": "channel: {!r} is not a Slack channel id (C…/G…/D…), such as C0123ABCD",
+    }[option]
+    message = str(caught.value)
+    assert message.startswith("invalid handoff request: " + what.format(value)), message
+    assert "a capital letter, then 2 to 31 capitals or digits" in message
+    assert "Value error" not in message
+
+
+def test_a_default_reviewer_that_is_no_slack_id_is_refused_at_creation(redis: Redis) -> None:
+    handoffs = Handoffs(redis, default_reviewers=["U0LEAD", "lead"])
+
+    with (
+        writes_nothing(redis),
+        pytest.raises(InvalidHandoffRequest, match=r"reviewers\[1\]: 'lead'"),
+    ):
+        handoffs.ask(**RUN, question="?")
 
 
 def test_payload_over_a_configured_limit_is_refused(redis: Redis) -> None:
@@ -417,22 +465,22 @@ def test_wait_on_a_decided_handoff_returns_at_once(handoffs: Handoffs) -> None:
 
 
 def test_list_pending_filters_by_channel_run_reviewer_and_type(handoffs: Handoffs) -> None:
-    a = handoffs.ask(run_id="r1", thread_id="t", question="?", channel="C1", reviewers=["U1"])
-    b = handoffs.request_approval(run_id="r1", thread_id="t", action="x", channel="C2")
-    c = handoffs.escalate(run_id="r2", thread_id="t", summary="s", reviewers=["U1", "U2"])
+    a = handoffs.ask(run_id="r1", thread_id="t", question="?", channel="C01", reviewers=["U01"])
+    b = handoffs.request_approval(run_id="r1", thread_id="t", action="x", channel="C02")
+    c = handoffs.escalate(run_id="r2", thread_id="t", summary="s", reviewers=["U01", "U02"])
     handoffs.decide(c.id, "rejected", by="U3")
-    d = handoffs.request_correction(run_id="r2", thread_id="t", draft="d", channel="C1")
+    d = handoffs.request_correction(run_id="r2", thread_id="t", draft="d", channel="C01")
 
     def ids(**filters: Any) -> list[str]:
         return [h.id for h in handoffs.list_pending(**filters).items]
 
     assert ids() == [a.id, b.id, d.id]
-    assert ids(channel="C1") == [a.id, d.id]
-    assert ids(channel="C2") == [b.id]
+    assert ids(channel="C01") == [a.id, d.id]
+    assert ids(channel="C02") == [b.id]
     assert ids(run_id="r1") == [a.id, b.id]
     assert ids(run_id="r2") == [d.id]
-    assert ids(reviewer="U1") == [a.id]
-    assert ids(reviewer="U2") == []
+    assert ids(reviewer="U01") == [a.id]
+    assert ids(reviewer="U02") == []
     assert ids(request_type="question") == [a.id]
     assert ids(request_type=RequestType.CORRECTION) == [d.id]
     assert ids(request_type="escalation") == []
@@ -447,11 +495,11 @@ def test_list_pending_refuses_two_filters_at_once(handoffs: Handoffs) -> None:
 def test_list_pending_pages_with_a_cursor(handoffs: Handoffs) -> None:
     created = []
     for i in range(5):
-        created.append(handoffs.ask(**RUN, question=f"q{i}", channel="C1").id)
+        created.append(handoffs.ask(**RUN, question=f"q{i}", channel="C01").id)
         time.sleep(0.002)  # ids of different milliseconds sort by creation
 
-    first = handoffs.list_pending(channel="C1", limit=3)
-    second = handoffs.list_pending(channel="C1", limit=3, cursor=first.next_cursor)
+    first = handoffs.list_pending(channel="C01", limit=3)
+    second = handoffs.list_pending(channel="C01", limit=3, cursor=first.next_cursor)
 
     assert [h.id for h in first.items] + [h.id for h in second.items] == created
     assert second.next_cursor is None
@@ -468,7 +516,7 @@ def _creating_call(handoffs: Handoffs, method: str) -> Callable[..., Handoff]:
 UNKNOWN_OPTIONS = [
     ({"reviewer": ["U1"]}, "argument 'reviewer' (did you mean 'reviewers'?);"),
     ({"totally_bogus": 5}, "argument 'totally_bogus';"),
-    ({"reviewers": ["U1"], "chanel": "C1", "x": 1}, "arguments 'chanel', 'x' (did you mean"),
+    ({"reviewers": ["U01"], "chanel": "C01", "x": 1}, "arguments 'chanel', 'x' (did you mean"),
 ]
 
 

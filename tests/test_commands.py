@@ -128,6 +128,15 @@ def test_command_text_is_parsed(text: str, expected: Command) -> None:
     "text",
     [
         f"reassign {HANDOFF_ID} <#C0X|a> <#C0Y|b>",
+        # Slack's escaped forms around what is no id (too short, too long, lowercase), so
+        # an admin routes a handoff only where an agent could (store.slack_ids).
+        f"reassign {HANDOFF_ID} <#C1>",
+        f"reassign {HANDOFF_ID} <@U1|bob>",
+        f"reassign {HANDOFF_ID} <!subteam^S1|@team>",
+        f"reassign {HANDOFF_ID} <#c0x|ops>",
+        f"reassign {HANDOFF_ID} <#C{'0' * 32}>",
+        f"reassign {HANDOFF_ID} S1><!channel>",
+        "list <#C1|ops>",
         f"show {HANDOFF_ID} extra",
         "list run",
         "list mine please",

@@ -167,6 +167,67 @@ def test_a_setting_that_would_fail_later_is_refused_when_read(
     assert problem in message
 
 
+@pytest.mark.parametrize(
+    ("variable", "value", "refused", "what"),
+    [
+        ("HANDOFF_CHANNEL", "#approvals", "#approvals", "a Slack channel id (C…/G…/D…)"),
+        ("HANDOFF_CHANNEL", "C1", "C1", "a Slack channel id (C…/G…/D…)"),
+        ("HANDOFF_ADMINS", "U0OPS, bob", "bob", "a Slack user id (U…/W…)"),
+        ("HANDOFF_ADMINS", "U0OPS,S0TEAM", "S0TEAM", "a Slack user id (U…/W…)"),
+        (
+            "HANDOFF_DEFAULT_REVIEWERS",
+            "S0TEAM, <!channel>",
+            "<!channel>",
+            "a Slack user id (U…/W…) or user-group id (S…)",
+        ),
+        (
+            "HANDOFF_ESCALATE_TO",
+            "S1> <!channel> <https://evil|x>",
+            "S1> <!channel> <https://evil|x>",
+            "a Slack channel id (C…/G…/D…) or user-group id (S…)",
+        ),
+        (
+            "HANDOFF_ESCALATE_TO",
+            "U0ONCALL",
+            "U0ONCALL",
+            "a Slack channel id (C…/G…/D…) or user-group id (S…)",
+        ),
+    ],
+)
+def test_a_setting_holding_ids_refuses_what_is_no_slack_id_naming_it(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, refused: str, what: str
+) -> None:
+    # These are posted to and mentioned, as an agent's routing fields are.
+    monkeypatch.setenv(variable, value)
+
+    with pytest.raises(ConfigurationError) as caught:
+        Settings.from_env()
+
+    message = str(caught.value)
+    assert message.startswith(f"bad setting {variable}: {refused!r} is not {what}, such as ")
+    assert "a capital letter, then 2 to 31 capitals or digits" in message
+
+
+def test_settings_holding_ids_take_ids_and_read_blank_as_unset(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("HANDOFF_CHANNEL", " C0APPROVALS ")
+    monkeypatch.setenv("HANDOFF_ADMINS", "U0OPS, W0GRID,")
+    monkeypatch.setenv("HANDOFF_DEFAULT_REVIEWERS", "U0ALICE,S0FINANCE")
+    monkeypatch.setenv("HANDOFF_ESCALATE_TO", "S0ONCALL")
+
+    settings = Settings.from_env()
+
+    assert settings.channel == "C0APPROVALS"
+    assert settings.admin_ids == {"U0OPS", "W0GRID"}
+    assert settings.default_reviewer_ids == ["U0ALICE", "S0FINANCE"]
+    assert settings.escalate_to == settings.task_policy().escalate_to == "S0ONCALL"
+    for variable in ("HANDOFF_CHANNEL", "HANDOFF_ESCALATE_TO"):
+        monkeypatch.setenv(variable, "")
+    blank = Settings.from_env()
+    assert (blank.channel, blank.escalate_to) == (None, None)
+
+
 def test_open_store_builds_the_store_the_settings_describe(redis: Redis, redis_url: str) -> None:
     settings = StoreSettings(redis_url=redis_url, namespace="tenant-7", retention_days=2)
 

@@ -1,19 +1,25 @@
-"""`handoff dev` as a person runs it: it stops everything it started however it is ended, and
-it refuses with one line, before starting anything, when a port or Redis is not usable."""
+"""`handoff dev` as a person runs it: it stops everything it started however it is ended, it
+refuses with one line, before starting anything, when a port or Redis is not usable, and its
+stand-in takes only this run's tokens."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import pytest
 
+from bot.standin.workbench import TOKEN_HEADER
 from tests.conftest import ROOT
 from tests.support.dev import dev_command, dev_env
 from tests.support.processes import Proc, descendants, processes_using, wait_gone
@@ -128,6 +134,36 @@ def test_killed_outright_its_bot_and_worker_stop_all_the_same(tmp_path: Path) ->
 
         left = wait_gone(services, STOP_SECONDS)
         assert left == [], f"still running {STOP_SECONDS} s after SIGKILL: {left}"
+
+
+def _post(url: str, body: bytes, headers: dict[str, str]) -> tuple[int, dict[str, object]]:
+    request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=5) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_its_stand_in_takes_only_this_runs_tokens(tmp_path: Path) -> None:
+    with _running_dev(tmp_path):
+        out = (tmp_path / "stdout").read_text()
+        standin = re.search(r"Local Slack stand-in at (http://\S+/);", out)
+        printed = re.search(rf"{TOKEN_HEADER}: (\S+)", out)
+        assert standin and printed, out
+
+        # The bot token that used to be in the source works no more: the bot has its own.
+        form = {"Content-Type": "application/x-www-form-urlencoded"}
+        fixed = b"token=xoxb-dev-standin&channel=C0DEVAPPROVALS&text=forged"
+        assert _post(standin[1] + "api/chat.postMessage", fixed, form) == (
+            200,
+            {"ok": False, "error": "invalid_auth"},
+        )
+        # The workbench acts only with the token it printed (and the page has).
+        url, body = standin[1] + "workbench/home", b"{}"
+        json_type = {"Content-Type": "application/json"}
+        assert _post(url, body, json_type)[0] == 403
+        assert _post(url, body, {**json_type, TOKEN_HEADER: printed[1]})[0] == 400  # no user
 
 
 @pytest.fixture

@@ -22,6 +22,7 @@ from worker.client import Handoffs
 
 ALICE, BOB, ADMIN = "U0ALICE", "U0BOB", "U0ADMIN"
 GROUP = "S0TEAM"
+CHANNEL, PRIVATE = "C0OPS", "G0PRIVATE"
 MINE = ListFilter(ListKind.MINE)
 
 
@@ -34,8 +35,21 @@ def slack() -> Iterator[SlackStandIn]:
 
 @pytest.fixture
 def listings(redis: Redis, handoffs: Handoffs, slack: SlackStandIn) -> Listings:
+    return _listings(redis, handoffs, slack, allow_any_channel_member=True)
+
+
+def _listings(redis: Redis, handoffs: Handoffs, slack: SlackStandIn, **options: object) -> Listings:
+    """Listings whose handoffs are posted in ``CHANNEL`` (everyone is in it, unless a test
+    sets its members)."""
     client = WebClient(token=slack.bot_token, base_url=slack.api_url)
-    policy = ReviewerPolicy(client, redis, handoffs.store.keys, admins={ADMIN})
+    policy = ReviewerPolicy(
+        client,
+        redis,
+        handoffs.store.keys,
+        admins={ADMIN},
+        default_channel=CHANNEL,
+        **options,  # type: ignore[arg-type]
+    )
     return Listings(handoffs.store, policy)
 
 
@@ -187,3 +201,27 @@ def test_unassigned_index_starts_over_when_its_read_position_expired(
     redis.delete(listings.keys.unassigned_read)  # as if nobody read for half the retention
     second = _create(handoffs)
     assert _ids(_walk(listings, MINE, BOB, limit=10)) == sorted([first, second])
+
+
+def test_unassigned_handoffs_are_only_in_the_queues_of_their_channels_members(
+    redis: Redis, handoffs: Handoffs, listings: Listings, slack: SlackStandIn
+) -> None:
+    slack.set_channel_members(PRIVATE, [ALICE])
+    public = _create(handoffs)
+    private = _create(handoffs, channel=PRIVATE)
+
+    assert _ids(_walk(listings, MINE, ALICE, limit=10)) == [public, private]
+    assert _ids(_walk(listings, MINE, BOB, limit=10)) == [public]
+    assert _ids(_walk(listings, MINE, ADMIN, limit=10)) == [public, private]
+
+
+def test_by_default_unassigned_handoffs_are_only_in_admins_queues(
+    redis: Redis, handoffs: Handoffs, slack: SlackStandIn
+) -> None:
+    listings = _listings(redis, handoffs, slack)
+    unassigned = _create(handoffs)
+    bobs = _create(handoffs, reviewers=[BOB])
+
+    assert _ids(_walk(listings, MINE, BOB, limit=10)) == [bobs]
+    assert _ids(_walk(listings, MINE, ALICE, limit=10)) == []
+    assert _ids(_walk(listings, MINE, ADMIN, limit=10)) == [unassigned, bobs]

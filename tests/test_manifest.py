@@ -35,6 +35,8 @@ def test_manifest_grants_what_the_bot_calls_and_receives() -> None:
         assert scope in scopes
     # After a post's answer is lost, conversations.history looks for it before posting again.
     assert {"channels:history", "groups:history", "im:history"} <= scopes
+    # conversations.members: who is in a handoff's channel (HANDOFF_ALLOW_ANY_CHANNEL_MEMBER).
+    assert {"channels:read", "groups:read", "im:read", "mpim:read"} <= scopes
     assert manifest["features"]["bot_user"]["display_name"]
 
 

@@ -196,12 +196,12 @@ def test_an_escalation_is_claimed_first_then_resolved_or_sent_back(handoffs: Han
     handoff = handoffs.escalate(run_id="run-1", thread_id="t-1", summary="Legal threat")
 
     unclaimed = render_message(handoff).blocks
-    claimed = render_message(handoffs.claim(handoff.id, by="U2")).blocks
+    claimed = render_message(handoffs.claim(handoff.id, by="U02")).blocks
 
     assert action_ids(unclaimed) == [CLAIM]
     assert "Claimed by" not in blocks_text(unclaimed)
     assert action_ids(claimed) == [RESOLVE, REJECT]
-    assert "Claimed by <@U2>" in blocks_text(claimed)
+    assert "Claimed by <@U02>" in blocks_text(claimed)
 
 
 def test_decided_messages_keep_only_the_view_full_button() -> None:
@@ -221,32 +221,32 @@ def test_decided_messages_keep_only_the_view_full_button() -> None:
 
 def test_a_rejection_shows_who_rejected_and_why(handoffs: Handoffs) -> None:
     handoff = handoffs.request_correction(run_id="run-1", thread_id="t-1", draft="Hi")
-    decided = handoffs.decide(handoff.id, "rejected", by="U1", comment="Wrong customer")
+    decided = handoffs.decide(handoff.id, "rejected", by="U01", comment="Wrong customer")
 
     text = blocks_text(render_message(decided).blocks)
 
-    assert "*Rejected* by <@U1>" in text
+    assert "*Rejected* by <@U01>" in text
     assert "*Reason:* Wrong customer" in text
 
 
 def test_an_answer_shows_who_answered_and_the_answer(handoffs: Handoffs) -> None:
     handoff = handoffs.ask(run_id="run-1", thread_id="t-1", question="Which plan?")
-    decided = handoffs.decide(handoff.id, "answered", by="U1", answer="The pro plan")
+    decided = handoffs.decide(handoff.id, "answered", by="U01", answer="The pro plan")
 
     text = outcome_text(decided)
 
-    assert "*Answered* by <@U1>" in text
+    assert "*Answered* by <@U01>" in text
     assert "*Answer:* The pro plan" in text
 
 
 def test_a_resolved_escalation_says_resolved_by_the_claimer(handoffs: Handoffs) -> None:
     handoff = handoffs.escalate(run_id="run-1", thread_id="t-1", summary="Legal threat")
-    handoffs.claim(handoff.id, by="U2")
-    decided = handoffs.decide(handoff.id, "answered", by="U2", answer="Called them back")
+    handoffs.claim(handoff.id, by="U02")
+    decided = handoffs.decide(handoff.id, "answered", by="U02", answer="Called them back")
 
     blocks = render_message(decided).blocks
 
-    assert "*Resolved* by <@U2>" in blocks_text(blocks)
+    assert "*Resolved* by <@U02>" in blocks_text(blocks)
     assert "Claimed by" not in blocks_text(blocks)
     assert action_ids(blocks) == []
 
@@ -285,7 +285,7 @@ def test_a_late_reviewer_is_told_who_decided_and_when(seconds: int, ago: str) ->
 
     text = already_decided_text(handoff, now=handoff.decided_at + timedelta(seconds=seconds))
 
-    assert text == f"Already approved by <@U1> {ago}."
+    assert text == f"Already approved by <@U01> {ago}."
 
 
 def test_a_late_reviewer_of_an_expired_handoff_is_told_it_expired() -> None:
@@ -305,11 +305,11 @@ def test_an_approval_shows_who_approved_and_with_which_edited_arguments(
     handoff = handoffs.request_approval(
         run_id="run-1", thread_id="t-1", action="issue_refund", args={"amount": 30}
     )
-    decided = handoffs.decide(handoff.id, "approved", by="U1", edited_args={"amount": 25})
+    decided = handoffs.decide(handoff.id, "approved", by="U01", edited_args={"amount": 25})
 
     text = blocks_text(render_message(decided).blocks)
 
-    assert "*Approved* by <@U1>" in text
+    assert "*Approved* by <@U01>" in text
     assert '*With edited arguments:* `{"amount": 25}`' in text
     assert render_message(decided).text.endswith("[approved]")
 

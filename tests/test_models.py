@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -132,9 +133,9 @@ def test_a_stored_hash_reads_back_with_every_field(redis: Redis) -> None:
         request_data(
             "approval",
             context="Customer was double charged",
-            channel="C1",
-            reviewers=["U1", "S2"],
-            requester="U9",
+            channel="C01",
+            reviewers=["U01", "S02"],
+            requester="U09",
             agent_name="billing-bot",
             resume_target="tests.support.resume_targets:record",
             idempotency_key="k1",
@@ -202,7 +203,7 @@ def test_a_stored_hash_overrides_the_request_and_keeps_any_text_intact(redis: Re
     # escalation target must win over what the request said, and free text must survive
     # any character.
     request = HandoffRequest.model_validate(
-        request_data("question", channel="C1", reviewers=["U1"], escalate_to="C_REQUEST")
+        request_data("question", channel="C01", reviewers=["U01"], escalate_to="C0REQUEST")
     )
     awkward = 'quote " backslash \\ newline \n tab \t nul \x00 emoji \U0001f600 </script>'
     fields = {
@@ -306,3 +307,112 @@ def test_escalate_to_takes_only_a_channel_or_group_id(target: str) -> None:
     # It is posted to and mentioned: anything but an id could ping or link.
     with pytest.raises(ValidationError, match="escalate_to"):
         HandoffRequest.model_validate(request_data("question", escalate_to=target))
+
+
+# -- Slack ids in the routing fields -------------------------------------------------------
+
+BAD_IDS = [
+    pytest.param("S1> <!channel> <https://evil|x>", id="mention-and-link"),
+    pytest.param("bob", id="a-name"),
+    pytest.param("C1", id="too-short"),
+    pytest.param("c0123abcd", id="lowercase"),
+    pytest.param("<#C0123>", id="escaped-mention"),
+    pytest.param("", id="empty"),
+    pytest.param("C0123\n", id="trailing-newline"),
+    pytest.param("C" + "0" * 32, id="too-long"),
+]
+"""Values the routing fields refuse, whatever their kind: none is a Slack id."""
+
+FIELD_ERRORS = {
+    "channel": ("channel", "a Slack channel id (C…/G…/D…)"),
+    "reviewers": ("reviewers.0", "a Slack user id (U…/W…) or user-group id (S…)"),
+    "escalate_to": ("escalate_to", "a Slack channel id (C…/G…/D…) or user-group id (S…)"),
+}
+
+
+def _routed(field: str, value: str) -> dict[str, Any]:
+    return request_data("question", **{field: [value] if field == "reviewers" else value})
+
+
+@pytest.mark.parametrize("field", list(FIELD_ERRORS))
+@pytest.mark.parametrize("value", BAD_IDS)
+def test_routing_fields_take_only_slack_ids(field: str, value: str) -> None:
+    with pytest.raises(ValidationError) as refused:
+        HandoffRequest.model_validate(_routed(field, value))
+
+    [error] = refused.value.errors()
+    where, what = FIELD_ERRORS[field]
+    assert ".".join(str(part) for part in error["loc"]) == where
+    assert error["type"] == "slack_id"
+    # Said plainly, without pydantic's "Value error," prefix: what was given, what it
+    # should be, and how an id looks.
+    assert error["msg"].startswith(f"{value!r} is not {what}, such as ")
+    assert "a capital letter, then 2 to 31 capitals or digits" in error["msg"]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("channel", "C0123ABCD"),
+        ("channel", "G0PRIVATE"),
+        ("channel", "D0DIRECT"),
+        ("channel", "C" + "0" * 31),  # 32 characters, the longest taken
+        ("reviewers", "U0ALICE"),
+        ("reviewers", "W0GRIDUSER"),
+        ("reviewers", "S0FINANCE"),
+        ("escalate_to", "C0ONCALL"),
+        ("escalate_to", "S0ONCALL"),
+    ],
+)
+def test_routing_fields_take_channel_user_and_group_ids(field: str, value: str) -> None:
+    request = HandoffRequest.model_validate(_routed(field, value))
+
+    assert getattr(request, field) == ([value] if field == "reviewers" else value)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("channel", "U0ALICE"),  # a person is no channel
+        ("channel", "S0TEAM"),
+        ("reviewers", "C0APPROVALS"),  # a channel decides nothing
+        ("escalate_to", "U0ALICE"),  # escalation goes to a channel or a group
+    ],
+)
+def test_routing_fields_refuse_an_id_of_the_wrong_kind(field: str, value: str) -> None:
+    with pytest.raises(ValidationError, match=re.escape(FIELD_ERRORS[field][1])):
+        HandoffRequest.model_validate(_routed(field, value))
+
+
+def test_a_requester_may_be_any_name_of_bounded_length() -> None:
+    # Not only Slack users ask: a name is shown escaped, never mentioned (bot.mrkdwn).
+    named = HandoffRequest.model_validate(request_data("question", requester="billing <bot>"))
+
+    assert named.requester == "billing <bot>"
+    with pytest.raises(ValidationError, match="requester"):
+        HandoffRequest.model_validate(request_data("question", requester="x" * 257))
+
+
+def test_a_handoff_stored_before_ids_were_checked_still_reads_back(redis: Redis) -> None:
+    # Records written by an older version may hold any text in the routing fields: reading
+    # them goes through the stored model, which checks nothing, so none is stranded.
+    old_request = {
+        **request_data("question"),
+        "context": "",
+        "channel": "#approvals",
+        "reviewers": ["bob", "S1> <!channel> <https://evil|x>"],
+        "requester": "<!here>",
+        "escalate_to": "oncall",
+    }
+    fields = {
+        "request": json.dumps(old_request),
+        "status": "pending",
+        "created_at": "1",
+        "policy": json.dumps({"escalate_to": "oncall"}),  # where the store keeps the target
+    }
+
+    handoff = _stored(redis, "ho_X", fields)
+
+    assert handoff.channel == "#approvals"
+    assert handoff.reviewers == ["bob", "S1> <!channel> <https://evil|x>"]
+    assert (handoff.requester, handoff.escalate_to) == ("<!here>", "oncall")

@@ -79,7 +79,7 @@ def _read(handoffs: Handoffs, handoff_id: str) -> Prefetched:
 
 def _approval(handoffs: Handoffs) -> Handoff:
     return handoffs.request_approval(
-        run_id="run-1", thread_id="t-1", action="refund", channel="C1", reviewers=[REVIEWER]
+        run_id="run-1", thread_id="t-1", action="refund", channel="C01", reviewers=[REVIEWER]
     )
 
 
@@ -126,7 +126,7 @@ def test_a_click_on_an_unknown_handoff_reads_as_not_found(redis: Redis, handoffs
         unknown,
         REVIEWER,
         via="button",
-        channel="C1",
+        channel="C01",
         prefetched=admitted.prefetched,
     )
     assert isinstance(loaded, Refusal)
@@ -191,9 +191,9 @@ def test_the_listener_uses_the_gates_read_instead_of_reading_again(
     deps = _deps(redis, handoffs)
 
     used = load_for(
-        deps, handoff.id, REVIEWER, via="button", channel="C1", prefetched=read_at_the_gate
+        deps, handoff.id, REVIEWER, via="button", channel="C01", prefetched=read_at_the_gate
     )
-    read_again = load_for(deps, handoff.id, REVIEWER, via="button", channel="C1")
+    read_again = load_for(deps, handoff.id, REVIEWER, via="button", channel="C01")
 
     # The listener acts on what the gate read; the store's decide script, not this read,
     # is what keeps a second decision out (tests/test_repository.py).
@@ -210,7 +210,7 @@ def test_a_read_of_another_handoff_is_ignored(redis: Redis, handoffs: Handoffs) 
         second.id,
         REVIEWER,
         via="button",
-        channel="C1",
+        channel="C01",
         prefetched=_read(handoffs, first.id),
     )
 

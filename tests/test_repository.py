@@ -562,7 +562,7 @@ def test_only_pending_escalations_can_be_claimed(redis: Redis, store: HandoffSto
 def test_cancel_resumes_the_run_with_cancelled_by_default(
     redis: Redis, store: HandoffStore
 ) -> None:
-    handoff = create(store, channel="C1")
+    handoff = create(store, channel="C01")
 
     cancelled = store.cancel(handoff.id, cancelled_by="agent", reason="user left")
 
@@ -574,7 +574,7 @@ def test_cancel_resumes_the_run_with_cancelled_by_default(
     assert f"resume:{handoff.id}" in outbox(redis, store)
     assert events(store, handoff.id) == ["created", "cancelled"]
     assert store.count_pending() == 0
-    assert store.count_pending(store.keys.pending_by_channel("C1")) == 0
+    assert store.count_pending(store.keys.pending_by_channel("C01")) == 0
 
 
 def test_cancel_without_resume_queues_nothing(redis: Redis, store: HandoffStore) -> None:
@@ -607,15 +607,15 @@ def test_pending_indexes_list_a_new_handoff_and_drop_it_when_decided(
     redis: Redis, store: HandoffStore
 ) -> None:
     handoff = create(
-        store, channel="C1", run_id="run-7", reviewers=["U1", "S1", "U1"], expires_in_seconds=60
+        store, channel="C01", run_id="run-7", reviewers=["U01", "S01", "U01"], expires_in_seconds=60
     )
     keys = store.keys
     indexes = [
         keys.pending,
-        keys.pending_by_channel("C1"),
+        keys.pending_by_channel("C01"),
         keys.pending_by_run("run-7"),
-        keys.pending_by_reviewer("U1"),
-        keys.pending_by_reviewer("S1"),
+        keys.pending_by_reviewer("U01"),
+        keys.pending_by_reviewer("S01"),
         keys.pending_by_type("approval"),
     ]
 
@@ -686,7 +686,7 @@ def test_handoff_decided_between_pages_is_skipped_without_losing_others(
 def test_expire_due_expires_only_overdue_pending_handoffs(
     redis: Redis, store: HandoffStore
 ) -> None:
-    overdue = create(store, expires_in_seconds=0.05, channel="C1")
+    overdue = create(store, expires_in_seconds=0.05, channel="C01")
     later = create(store, expires_in_seconds=60)
     forever = create(store)
     decided = create(store, expires_in_seconds=0.05)
@@ -703,7 +703,7 @@ def test_expire_due_expires_only_overdue_pending_handoffs(
     assert expired.resume.state is TaskState.QUEUED
     assert f"resume:{overdue.id}" in outbox(redis, store)
     assert events(store, overdue.id) == ["created", "expired"]
-    assert store.count_pending(store.keys.pending_by_channel("C1")) == 0
+    assert store.count_pending(store.keys.pending_by_channel("C01")) == 0
     assert store.get(later.id).is_pending
     assert store.get(forever.id).is_pending
     assert store.get(decided.id).status is Status.REJECTED
@@ -1144,32 +1144,32 @@ def test_purge_removes_every_message_link_of_a_handoff(
         store,
         RequestType.QUESTION,
         resume_target=None,
-        channel="C1",
+        channel="C01",
         escalate_after_seconds=0.001,
         escalate_to="C0ONCALL",
     )
     kept = create(store, RequestType.QUESTION, resume_target=None)
-    # Posted to C1, reassigned to C2 (the C1 message is left pointing there), then
+    # Posted to C01, reassigned to C02 (the C01 message is left pointing there), then
     # escalated: a copy in C0ONCALL. Three messages, three links.
-    _run_like_a_job(store, handoff.id, TaskKind.DELIVER, {"channel": "C1", "ts": "1.1"}, "C1:1.1")
-    store.reassign(handoff.id, by="U0ADMIN", channel="C2")
-    moved = {"channel": "C1", "ts": "1.1", "moved_to": "C2"}
-    reposted = {"channel": "C2", "ts": "2.2", "copies": [moved], "record_ts": None}
-    _run_like_a_job(store, handoff.id, TaskKind.DELIVER, reposted, "C2:2.2")
+    _run_like_a_job(store, handoff.id, TaskKind.DELIVER, {"channel": "C01", "ts": "1.1"}, "C01:1.1")
+    store.reassign(handoff.id, by="U0ADMIN", channel="C02")
+    moved = {"channel": "C01", "ts": "1.1", "moved_to": "C02"}
+    reposted = {"channel": "C02", "ts": "2.2", "copies": [moved], "record_ts": None}
+    _run_like_a_job(store, handoff.id, TaskKind.DELIVER, reposted, "C02:2.2")
     escalated = {**reposted, "copies": [moved, {"channel": "C0ONCALL", "ts": "3.3"}]}
-    _run_like_a_job(store, handoff.id, TaskKind.ESCALATE, escalated, "C1:1.1", "C0ONCALL:3.3")
-    _run_like_a_job(store, kept.id, TaskKind.DELIVER, {"channel": "C1", "ts": "4.4"}, "C1:4.4")
+    _run_like_a_job(store, handoff.id, TaskKind.ESCALATE, escalated, "C01:1.1", "C0ONCALL:3.3")
+    _run_like_a_job(store, kept.id, TaskKind.DELIVER, {"channel": "C01", "ts": "4.4"}, "C01:4.4")
     assert store.handoff_for_message("C0ONCALL", "3.3") == handoff.id
     store.decide(handoff.id, Status.ANSWERED, decided_by="U1", answer="EU")
     time.sleep(0.1)
 
     assert store.purge_decided() == 1
 
-    for channel, ts in [("C1", "1.1"), ("C2", "2.2"), ("C0ONCALL", "3.3")]:
+    for channel, ts in [("C01", "1.1"), ("C02", "2.2"), ("C0ONCALL", "3.3")]:
         assert store.handoff_for_message(channel, ts) is None
     # Nothing of the purged handoff is left; the pending one keeps its link.
     assert _link_keys(redis, store) == {
-        store.keys.message_link("C1", "4.4"): kept.id,
+        store.keys.message_link("C01", "4.4"): kept.id,
     }
     before = snapshot(redis)
     assert store.purge_decided() == 0  # idempotent: a second sweep finds nothing to do

@@ -28,13 +28,15 @@ USERGROUPS_KEY = BotKeys(KeySpace()).usergroups
 
 class FakeSlack:
     """Answers ``usergroups.list`` (with ``include_users``) from ``groups``, a group id ->
-    member ids, and records every call's method.
+    member ids, and ``conversations.members`` from ``channels``, a channel id -> member ids,
+    and records every call's method.
 
     With ``error`` set, every call is answered ``{"ok": false, "error": error}``.
     """
 
     def __init__(self) -> None:
         self.groups: dict[str, list[str]] = {}
+        self.channels: dict[str, list[str]] = {}
         self.error: str | None = None
         self.calls: list[str] = []
         fake = self
@@ -51,12 +53,15 @@ class FakeSlack:
 
             def _answer(self, path: str, params: dict[str, list[str]]) -> None:
                 method = path.rsplit("/", 1)[-1]
-                if method != "usergroups.list":
+                if method not in ("usergroups.list", "conversations.members"):
                     self._send({"ok": False, "error": "unknown_method"})
                     return
                 fake.calls.append(method)
                 if fake.error is not None:
                     self._send({"ok": False, "error": fake.error})
+                    return
+                if method == "conversations.members":
+                    self._members(params)
                     return
                 with_users = params.get("include_users", [""])[0] in ("1", "true")
                 groups = [
@@ -64,6 +69,23 @@ class FakeSlack:
                     for group, members in fake.groups.items()
                 ]
                 self._send({"ok": True, "usergroups": groups})
+
+            def _members(self, params: dict[str, list[str]]) -> None:
+                channel = params.get("channel", [""])[0]
+                if channel not in fake.channels:
+                    self._send({"ok": False, "error": "channel_not_found"})
+                    return
+                # Two members a page, so that paging is exercised.
+                start = int(params.get("cursor", ["0"])[0])
+                members = fake.channels[channel]
+                more = start + 2 < len(members)
+                self._send(
+                    {
+                        "ok": True,
+                        "members": members[start : start + 2],
+                        "response_metadata": {"next_cursor": str(start + 2) if more else ""},
+                    }
+                )
 
             def _send(self, data: dict[str, Any]) -> None:
                 body = json.dumps(data).encode()
@@ -111,9 +133,18 @@ def policy(slack: FakeSlack, redis: Redis) -> PolicyFactory:
     return build
 
 
-def handoff(reviewers: list[str] | None = None, requester: str | None = None) -> Handoff:
+def handoff(
+    reviewers: list[str] | None = None,
+    requester: str | None = None,
+    *,
+    channel: str = "C0OPS",
+    posted_in: str | None = None,
+) -> Handoff:
     payload = {"kind": "approval", "action": {"name": "issue_refund", "args": {"amount": 30}}}
-    return make_handoff(payload, reviewers=reviewers or [], requester=requester)
+    made = make_handoff(payload, reviewers=reviewers or [], requester=requester, channel=channel)
+    if posted_in:
+        made = made.model_copy(update={"message_refs": {"channel": posted_in, "ts": "1.0"}})
+    return made
 
 
 def test_a_listed_reviewer_may_decide(policy: PolicyFactory, slack: FakeSlack) -> None:
@@ -133,9 +164,9 @@ def test_a_member_of_a_listed_user_group_may_decide(
 def test_anyone_else_is_told_who_the_reviewers_are(policy: PolicyFactory, slack: FakeSlack) -> None:
     slack.groups["S0FINANCE"] = ["U2", "U3"]
 
-    denial = policy().denial("U9", handoff(["U1", "S0FINANCE"]))
+    denial = policy().denial("U9", handoff(["U01", "S0FINANCE"]))
 
-    assert denial == "Only <@U1>, <!subteam^S0FINANCE> can decide this request."
+    assert denial == "Only <@U01>, <!subteam^S0FINANCE> can decide this request."
 
 
 def test_the_requester_may_not_decide_their_own_request(policy: PolicyFactory) -> None:
@@ -152,8 +183,11 @@ def test_the_requester_is_refused_even_when_an_admin(policy: PolicyFactory) -> N
     assert reviewers.denial("U1", handoff(requester="U1")) is not None
 
 
-def test_the_requester_may_decide_when_self_approval_is_allowed(policy: PolicyFactory) -> None:
-    reviewers = policy(block_self_approval=False)
+def test_the_requester_may_decide_when_self_approval_is_allowed(
+    policy: PolicyFactory, slack: FakeSlack
+) -> None:
+    slack.channels["C0OPS"] = ["U1", "U2"]
+    reviewers = policy(block_self_approval=False, allow_any_channel_member=True)
 
     assert reviewers.denial("U1", handoff(["U1"], requester="U1")) is None
     assert reviewers.denial("U1", handoff(requester="U1")) is None
@@ -168,26 +202,63 @@ def test_admins_may_decide_any_other_request(policy: PolicyFactory, slack: FakeS
     assert slack.calls == []
 
 
-def test_without_reviewers_or_defaults_anyone_may_decide(policy: PolicyFactory) -> None:
-    reviewers = policy()
+def test_without_reviewers_or_defaults_only_admins_may_decide(
+    policy: PolicyFactory, slack: FakeSlack
+) -> None:
+    slack.channels["C0OPS"] = ["U1", "U2"]
+    reviewers = policy(admins=["UADMIN"])
 
-    assert reviewers.denial("U1", handoff()) is None
-    assert reviewers.denial("W0ANYONE", handoff(requester="U2")) is None
+    assert reviewers.denial("UADMIN", handoff()) is None
+    assert reviewers.denial("U1", handoff()) == (
+        "This request names no reviewers, so only a handoff admin can decide it "
+        "(or reassign it to reviewers)."
+    )
+    assert slack.calls == []  # no need to ask who is in the channel
+
+
+def test_when_allowed_only_members_of_the_channel_may_decide_an_unassigned_handoff(
+    policy: PolicyFactory, slack: FakeSlack
+) -> None:
+    slack.channels["C0OPS"] = ["U0BOT", "U1", "U2", "U3", "U4"]
+    slack.channels["C0PRIVATE"] = ["U9"]
+    reviewers = policy(allow_any_channel_member=True)
+
+    assert reviewers.denial("U4", handoff()) is None  # on the third page of members
+    assert reviewers.denial("W0ANYONE", handoff(requester="U2")) == (
+        "Only members of <#C0OPS> can decide this request."
+    )
+    # The channel it was posted in counts, not the one it names.
+    assert reviewers.denial("U9", handoff(posted_in="C0PRIVATE")) is None
+    assert reviewers.denial("U1", handoff(posted_in="C0PRIVATE")) is not None
+    # Members are read once per channel (three pages of C0OPS, one of C0PRIVATE), then cached.
+    assert slack.calls == ["conversations.members"] * 4
+
+
+def test_a_channel_slack_cannot_list_has_no_members(
+    policy: PolicyFactory, slack: FakeSlack, redis: Redis
+) -> None:
+    reviewers = policy(allow_any_channel_member=True)
+
+    assert reviewers.denial("U1", handoff(channel="C0GONE")) is not None
+    slack.channels["C0GONE"] = ["U1"]
+    # A failed lookup is not cached: the next check asks again.
+    assert reviewers.denial("U1", handoff(channel="C0GONE")) is None
+    assert redis.ttl(BotKeys(KeySpace()).channel_members("C0GONE")) > 0
 
 
 def test_default_reviewers_apply_when_the_handoff_names_none(
     policy: PolicyFactory, slack: FakeSlack
 ) -> None:
     slack.groups["S0ONCALL"] = ["U5"]
-    reviewers = policy(default_reviewers=["U1", "S0ONCALL"])
+    reviewers = policy(default_reviewers=["U01", "S0ONCALL"])
 
-    assert reviewers.denial("U1", handoff()) is None
+    assert reviewers.denial("U01", handoff()) is None
     assert reviewers.denial("U5", handoff()) is None
     assert reviewers.denial("U9", handoff()) == (
-        "Only <@U1>, <!subteam^S0ONCALL> can decide this request."
+        "Only <@U01>, <!subteam^S0ONCALL> can decide this request."
     )
     # The handoff's own reviewers replace the defaults.
-    assert reviewers.denial("U1", handoff(["U2"])) is not None
+    assert reviewers.denial("U01", handoff(["U2"])) is not None
 
 
 def test_group_members_are_cached_in_redis(

@@ -41,9 +41,11 @@ class RequestOptions(TypedDict, total=False):
     context: str
     """What the agent is doing and why it needs a person."""
     channel: str | None
-    """Slack channel to post in (default: the client's ``default_channel``)."""
+    """Slack channel id to post in (``C…``, ``G…``, ``D…``; default: the client's
+    ``default_channel``)."""
     reviewers: Sequence[str]
-    """Slack user or user-group ids allowed to decide (default: anyone in the channel)."""
+    """Slack user (``U…``, ``W…``) or user-group (``S…``) ids allowed to decide (default:
+    the client's ``default_reviewers``)."""
     resume: str | None
     """``"module:function"`` called in a worker with the decided handoff."""
     expires_in: timedelta | float | None
@@ -51,7 +53,8 @@ class RequestOptions(TypedDict, total=False):
     idempotency_key: str | None
     """Retrying with the same key returns the first handoff instead of a second one."""
     requester: str | None
-    """Who or what asked (a Slack user id blocks self-approval when enabled)."""
+    """Who or what asked: a Slack user id (mentioned; blocks self-approval when enabled) or
+    any name."""
     agent_name: str | None
     """Name of the agent, shown to reviewers."""
     metadata: dict[str, Any]
@@ -63,7 +66,8 @@ class RequestOptions(TypedDict, total=False):
     escalate_after: timedelta | float | None
     """Post the handoff to ``escalate_to`` too if still pending after this long."""
     escalate_to: str | None
-    """Escalation channel id, or user group id whose members may then decide."""
+    """Escalation channel id (``C…``, ``G…``, ``D…``), or user-group id (``S…``) whose
+    members may then decide."""
 
 
 REQUEST_OPTIONS: frozenset[str] = (
@@ -458,6 +462,13 @@ def _seconds(value: timedelta | float | None) -> float | None:
 def _describe(exc: ValidationError) -> str:
     problems = []
     for error in exc.errors():
-        where = ".".join(str(part) for part in error["loc"]) or "request"
-        problems.append(f"{where}: {error['msg']}")
+        problems.append(f"{_where(error['loc']) or 'request'}: {error['msg']}")
     return "invalid handoff request: " + "; ".join(problems)
+
+
+def _where(loc: tuple[int | str, ...]) -> str:
+    # As the agent wrote it: reviewers[0], payload.action.name.
+    where = ""
+    for part in loc:
+        where += f"[{part}]" if isinstance(part, int) else f".{part}" if where else str(part)
+    return where

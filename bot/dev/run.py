@@ -54,6 +54,7 @@ from bot.dev.terminal import (
     resumed_line,
 )
 from bot.standin import Message, SlackStandIn, StandInUser
+from bot.standin.workbench import TOKEN_HEADER
 from worker.client import Handoffs
 
 DEV_CHANNEL = "C0DEVAPPROVALS"
@@ -63,7 +64,6 @@ DEV_ADMIN = StandInUser("U0DEVADMIN", "ada", real_name="Ada", is_admin=True)
 DEV_TEAMMATE = StandInUser("U0DEVTEAMMATE", "sam", real_name="Sam")
 DEV_USERS = [DEV_REVIEWER, DEV_ADMIN, DEV_TEAMMATE]
 """The people of the stand-in workspace; the workbench's user switcher offers them."""
-DEV_BOT_TOKEN = "xoxb-dev-standin"
 _WAIT_SECONDS = 60
 _STOP_SECONDS = 5.0
 """How long the bot and the worker get to stop by themselves before they are killed."""
@@ -201,9 +201,10 @@ def _run(
             click.echo(f"Embedded Redis at {redis_url} (data kept in {folder / 'redis'})")
         _check_redis(redis_url)
         signing_secret = secrets.token_hex(16)
+        bot_token = dev_bot_token()
         standin = SlackStandIn(
             signing_secret=signing_secret,
-            bot_token=DEV_BOT_TOKEN,
+            bot_token=bot_token,
             users=DEV_USERS,
             port=standin_port,
             channels={DEV_CHANNEL: "approvals"},
@@ -222,7 +223,11 @@ def _run(
                 f"Workbench (Slack as a reviewer sees it): {standin.url}  - open it in a browser",
                 bold=True,
             )
-        env = _child_env(redis_url, standin.api_url, signing_secret, admins=admins)
+            click.echo(
+                f"  Only that page may act through it; a script of yours sends the header "
+                f"{TOKEN_HEADER}: {standin.workbench.token} (new every run)"
+            )
+        env = _child_env(redis_url, standin.api_url, signing_secret, bot_token, admins=admins)
         services = _Services(folder)
         stack.callback(services.stop)
         services.spawn(["serve", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"], env)
@@ -428,16 +433,30 @@ def _one_line(exc: BaseException) -> str:
     return re.sub(r"\s+", " ", str(exc)).strip() or type(exc).__name__
 
 
-def _child_env(redis_url: str, api_url: str, signing_secret: str, *, admins: str) -> dict[str, str]:
+def dev_bot_token() -> str:
+    """A bot token for one run: the stand-in's Web API accepts it, and the bot is given it.
+
+    New every run, never a fixed one: a token printed in the source would let any web page the
+    developer has open post and edit messages through the stand-in (say, make a pending
+    approval show other arguments than those that will run).
+    """
+    return f"xoxb-dev-{secrets.token_urlsafe(24)}"
+
+
+def _child_env(
+    redis_url: str, api_url: str, signing_secret: str, bot_token: str, *, admins: str
+) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLACK_")}
     env.update(
         {
             "REDIS_URL": redis_url,
-            "SLACK_BOT_TOKEN": DEV_BOT_TOKEN,
+            "SLACK_BOT_TOKEN": bot_token,
             "SLACK_SIGNING_SECRET": signing_secret,
             "SLACK_API_URL": api_url,
             "HANDOFF_CHANNEL": DEV_CHANNEL,
             "HANDOFF_BLOCK_SELF_APPROVAL": "false",
+            # The demo agent names no reviewers: in the stand-in, everyone is in its channel.
+            "HANDOFF_ALLOW_ANY_CHANNEL_MEMBER": "true",
             "HANDOFF_ADMINS": admins,
         }
     )

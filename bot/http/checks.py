@@ -1,11 +1,14 @@
 """The checks an HTTP request to ``/slack/events`` passes before Bolt sees it.
 
 In order: a size limit (413), Slack's signature and timestamp on the raw bytes (401), the
-body's encoding and shape (400, see ``bot.http.shape``), then the replay guard (401, see
-``bot.http.replay``). A refused request changes nothing and gets a short JSON error, never a
-traceback. What passes goes to Bolt already parsed and verified (see ``bot.http.wsgi``). The
-one exception is Slack's ``ssl_check`` ping, admitted unsigned as Bolt would: Bolt answers
-it 200 and runs nothing else.
+body's encoding and shape (400, see ``bot.http.shape``), then the replay guard (see
+``bot.http.replay``): a replayed interaction or command gets 401, another delivery of an
+event already let through is acknowledged without running (``AlreadyRun``), and a request
+the guard could not check because Redis is down is refused with a "try again"
+(``Unchecked``, answered by ``bot.http.unavailable``). A refused request changes nothing and
+never gets a traceback. What passes goes to Bolt already parsed and verified (see
+``bot.http.wsgi``). The one exception is Slack's ``ssl_check`` ping, admitted unsigned as
+Bolt would: Bolt answers it 200 and runs nothing else.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from urllib.parse import parse_qs
 
 from bot.http import signing
 from bot.http.prefetch import Prefetched, ReadFor
-from bot.http.replay import ReplayGuard
+from bot.http.replay import ReplayGuard, Seen
 from bot.http.shape import MalformedRequest, parse_body
 
 logger = logging.getLogger(__name__)
@@ -51,6 +54,29 @@ class Admitted:
     prefetched: Prefetched | None = None
 
 
+@dataclass(frozen=True)
+class AlreadyRun:
+    """Another delivery of an event already let through (Slack's retry, or a replay of
+    one): answered 200, so that Slack stops sending it, and not run again."""
+
+    event_id: str
+
+
+@dataclass(frozen=True)
+class Unchecked:
+    """A signed request the replay guard could not check, Redis being unreachable: it may be
+    a replay, so it does not run; the parsed body says how to tell the person to try again."""
+
+    body: dict[str, Any]
+
+
+NotAdmitted = Rejection | AlreadyRun | Unchecked
+"""Why a request does not go on to Bolt."""
+
+Outcome = Admitted | NotAdmitted
+"""What the gate makes of a request."""
+
+
 class RequestGate:
     """Admits a request's raw body, or says why not.
 
@@ -58,8 +84,8 @@ class RequestGate:
 
         gate = RequestGate(settings.slack_signing_secret, ReplayGuard(redis, bot_keys))
         admitted = gate.admit(environ)
-        if isinstance(admitted, Rejection):
-            ...  # answer admitted.status
+        if not isinstance(admitted, Admitted):
+            ...  # answer as the Rejection, AlreadyRun or Unchecked says
         ...  # dispatch admitted.body
     """
 
@@ -78,8 +104,8 @@ class RequestGate:
         # refused request never gets to use it).
         self.read_for = read_for
 
-    def admit(self, environ: dict[str, Any]) -> Admitted | Rejection:
-        """The body of a request that may go on to Bolt, or the reason to refuse it."""
+    def admit(self, environ: dict[str, Any]) -> Outcome:
+        """The body of a request that may go on to Bolt, or why it does not."""
         raw = self._read_body(environ)
         if isinstance(raw, Rejection):
             return raw
@@ -97,22 +123,53 @@ class RequestGate:
             return self._refuse(Rejection("400 Bad Request", "the body is not UTF-8"), "", environ)
         except MalformedRequest as exc:
             return self._refuse(Rejection("400 Bad Request", str(exc)), "", environ)
-        retry_num = environ.get("HTTP_X_SLACK_RETRY_NUM")
-        is_event = body.get("type") == "event_callback"
+        if body.get("type") == "event_callback":
+            return self._admit_event(raw, body, environ)
         sent_at = signing.request_time(timestamp) or 0
-        read = None if is_event or self.read_for is None else self.read_for(body)
-        prefetched: Prefetched | None = None
-        if read is not None:
-            first, prefetched = self.replay.first_use_and_read(
-                str(signature), sent_at=sent_at, read=read
-            )
-        else:
-            first = self.replay.first_use(
-                str(signature), sent_at=sent_at, retry_num=retry_num if is_event else None
-            )
-        if not first:
+        return self._admit_request(raw, body, str(signature), sent_at, environ)
+
+    def _admit_request(
+        self,
+        raw: bytes,
+        body: dict[str, Any],
+        signature: str,
+        sent_at: int,
+        environ: dict[str, Any],
+    ) -> Outcome:
+        """An interaction or a command: admitted the first time its signature is seen."""
+        read = None if self.read_for is None else self.read_for(body)
+        checked = self.replay.check_request(signature, sent_at=sent_at, read=read)
+        if checked.seen is Seen.UNKNOWN:
+            return self._unchecked(body, environ)
+        if checked.seen is Seen.AGAIN:
             return self._refuse(UNSIGNED, "replayed request", environ)
-        return Admitted(raw, body, prefetched)
+        return Admitted(raw, body, checked.prefetched)
+
+    def _admit_event(self, raw: bytes, body: dict[str, Any], environ: dict[str, Any]) -> Outcome:
+        """An event: admitted the first time its (signed) event_id is seen."""
+        event_id = str(body["event_id"])  # the shape check makes sure it is there
+        seen = self.replay.check_event(event_id)
+        if seen is Seen.UNKNOWN:
+            return self._unchecked(body, environ)
+        if seen is Seen.AGAIN:
+            # Slack's retry of an event that ran, or a replay: the same to us. The retry
+            # number is not signed: worth a log line, never a reason to run it again.
+            logger.info(
+                "event %s delivered again; not run again",
+                event_id,
+                extra={"retry_num": environ.get("HTTP_X_SLACK_RETRY_NUM")},
+            )
+            return AlreadyRun(event_id)
+        return Admitted(raw, body)
+
+    @staticmethod
+    def _unchecked(body: dict[str, Any], environ: dict[str, Any]) -> Unchecked:
+        logger.warning(
+            "refused a request to %s: Redis is unavailable for the replay check",
+            environ.get("PATH_INFO"),
+            extra={"remote_addr": environ.get("REMOTE_ADDR")},
+        )
+        return Unchecked(body)
 
     def _read_body(self, environ: dict[str, Any]) -> bytes | Rejection:
         declared = environ.get("CONTENT_LENGTH") or ""

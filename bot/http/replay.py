@@ -1,29 +1,38 @@
-"""Refuse a signed HTTP request that was already accepted once (a replay).
+"""Refuse a signed HTTP request that was already accepted once (a replay); run an event once.
 
 A Slack signature covers the timestamp and the body, and stays valid for five minutes
 either side of its timestamp: anyone who captures a request (a proxy log, a leaked
-capture) could send it again within that window, and it would verify. So each accepted
-signature is remembered in Redis (``SET NX``) until it can no longer verify; a second use
-is refused.
+capture) could send it again within that window, and it would verify. So what was accepted
+is remembered in Redis (``SET NX``), keyed only by what the signature covers. Headers it
+does not cover, ``X-Slack-Retry-Num`` among them, never make a request new:
 
-Slack's own retries of an event are not replays: they come re-signed with a fresh
-timestamp, or, when retried within the same second, with the same signature but a new
-``X-Slack-Retry-Num``. The retry number is therefore part of what is remembered for event
-callbacks (their ``event_id`` dedupe, ``HandoffStore.first_sighting``, then makes a retry
-change nothing). Interactions and commands are never retried by Slack, so for them the
-retry header, which is not signed, is ignored.
+- an interaction or a command is remembered by its signature (the HMAC of its timestamp
+  and body) until the signature can no longer verify; a second use is refused;
+- an event is remembered by its ``event_id``, which is inside the signed body. Slack sends
+  an event again when it got no 2xx within 3 seconds (at once, after a minute, after five
+  minutes): the same body, re-signed, or with the very same signature when it retries
+  within the same second. Those deliveries, and replays of any of them, are all the same
+  event, and it runs once, whatever its type (``app_home_opened`` as much as a thread
+  reply, which ``HandoffStore.first_sighting`` also dedupes for Socket Mode).
+
+The guard fails closed: when Redis cannot be asked, the answer is ``Seen.UNKNOWN``, the
+request does not go on, and nothing is recorded, so Slack's next delivery of an event (once
+Redis is back) is still its first and runs. A write that reached Redis before the
+connection failed stays recorded: that request counts as seen, never as run twice.
 
 Socket Mode requests carry no signature and never pass through here.
 """
 
 from __future__ import annotations
 
+import enum
+import hashlib
 import logging
 import time
+from dataclasses import dataclass
 
 from redis import Redis
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import RedisError
 
 from bot.http.prefetch import Prefetched, PrefetchRead
 from bot.http.signing import MAX_AGE_SECONDS
@@ -34,69 +43,101 @@ logger = logging.getLogger(__name__)
 CLOCK_MARGIN_SECONDS = 60
 """Kept this much longer than the signature can verify, for clock drift between machines."""
 
-MAX_RETRY_NUM = 10
-"""Highest ``X-Slack-Retry-Num`` taken as a retry (Slack retries an event 3 times)."""
+EVENT_MEMORY_SECONDS = 3600
+"""How long an event id is remembered: well past Slack's last retry of an event (about
+five minutes after the first delivery) plus the five minutes its signature verifies."""
+
+MAX_EVENT_ID_CHARS = 64
+"""Longer event ids (Slack's are about a dozen characters) are remembered by a digest."""
+
+
+class Seen(enum.Enum):
+    """What the guard knows of a request."""
+
+    FIRST = "first"
+    """Not accepted before: it goes on, and is remembered from now on."""
+    AGAIN = "again"
+    """Accepted before: a replay, or another delivery of an event."""
+    UNKNOWN = "unknown"
+    """Redis could not be asked: it may be a replay, so it does not go on."""
+
+
+@dataclass(frozen=True)
+class Checked:
+    """The guard's answer for a request, and what was read for it in the same round trip
+    (nothing when the read failed, or the request does not go on)."""
+
+    seen: Seen
+    prefetched: Prefetched | None = None
 
 
 class ReplayGuard:
-    """Remembers the signed requests accepted in the last few minutes.
+    """Remembers the signed requests accepted in the last few minutes, and the events.
 
     Example::
 
         guard = ReplayGuard(redis, BotKeys(store.keys))
-        if not guard.first_use(signature, sent_at=ts, retry_num=None):
-            ...  # answer 401
+        if guard.check_request(signature, sent_at=ts).seen is not Seen.FIRST:
+            ...  # refuse it
+        if guard.check_event(body["event_id"]) is Seen.AGAIN:
+            ...  # acknowledge it, without running it again
     """
 
     def __init__(self, redis: Redis, keys: BotKeys) -> None:
         self.redis = redis
         self.keys = keys
 
-    def first_use(self, signature: str, *, sent_at: int, retry_num: str | None = None) -> bool:
-        """True the first time this signature (and retry number) is seen.
+    def check_request(
+        self, signature: str, *, sent_at: int, read: PrefetchRead | None = None
+    ) -> Checked:
+        """``Seen.FIRST`` the first time this signature is seen, with ``read`` made in the
+        same round trip (a click on a handoff button reads its handoff first thing: reading
+        it here saves the click a round trip to Redis).
 
-        ``retry_num`` is ``X-Slack-Retry-Num`` of an event callback, None for anything else.
-        When Redis cannot be reached the request is let through: it cannot change anything
-        then, and the listeners tell the person to try again.
+        ``signature`` has been verified: it is the HMAC of the timestamp and the body, and
+        so names exactly one signed request.
         """
-        key, ttl = self._marker(signature, sent_at=sent_at, retry_num=retry_num)
-        try:
-            return bool(self.redis.set(key, "1", nx=True, ex=ttl))
-        except (RedisConnectionError, RedisTimeoutError):
-            logger.warning("replay check skipped: Redis is unavailable")
-            return True
+        fingerprint = signature.removeprefix("v0=")
+        ttl = int(sent_at + MAX_AGE_SECONDS - time.time()) + CLOCK_MARGIN_SECONDS
+        return self._set_once(self.keys.seen_request(fingerprint), max(ttl, 1), read)
 
-    def first_use_and_read(
-        self, signature: str, *, sent_at: int, read: PrefetchRead
-    ) -> tuple[bool, Prefetched | None]:
-        """``first_use`` (for a request that is not an event), and ``read`` made in the
-        same round trip; no ``Prefetched`` when the read failed or Redis cannot be reached.
+    def check_event(self, event_id: str) -> Seen:
+        """``Seen.FIRST`` the first time an Events API ``event_id`` is seen (within
+        ``EVENT_MEMORY_SECONDS``), whichever delivery of it this is."""
+        key = self.keys.seen_request(f"event:{_event_fingerprint(event_id)}")
+        return self._set_once(key, EVENT_MEMORY_SECONDS, None).seen
 
-        A click on a handoff button reads its handoff first thing: reading it here saves
-        the click a round trip to Redis.
-        """
-        key, ttl = self._marker(signature, sent_at=sent_at, retry_num=None)
+    def _set_once(self, key: str, ttl: int, read: PrefetchRead | None) -> Checked:
         pipe = self.redis.pipeline(transaction=False)
         pipe.set(key, "1", nx=True, ex=ttl)
-        read.queue(pipe)
         try:
-            first, reply = pipe.execute(raise_on_error=False)
-        except (RedisConnectionError, RedisTimeoutError):
-            logger.warning("replay check skipped: Redis is unavailable")
-            return True, None
+            if read is not None:
+                read.queue(pipe)  # may load its script first: a round trip of its own
+            replies = pipe.execute(raise_on_error=False)
+        except RedisError as exc:
+            logger.warning("replay check impossible, request refused: %s", type(exc).__name__)
+            return Checked(Seen.UNKNOWN)
+        first = replies[0]
         if isinstance(first, Exception):
-            raise first
-        if isinstance(reply, Exception):
-            # Such as a script the server has not loaded since it restarted: the listener
-            # reads for itself, which loads it.
-            logger.debug("prefetch of %s failed: %s", read.key, reply)
-            return bool(first), None
-        return bool(first), Prefetched(read.key, reply)
+            # Such as a full or read-only server: not known to be new, so not let through.
+            logger.warning("replay check failed, request refused: %s", first)
+            return Checked(Seen.UNKNOWN)
+        if not first:
+            return Checked(Seen.AGAIN)
+        return Checked(Seen.FIRST, _prefetched(read, replies[1]) if read is not None else None)
 
-    def _marker(self, signature: str, *, sent_at: int, retry_num: str | None) -> tuple[str, int]:
-        """The key remembering this request, and for how many seconds it must be kept."""
-        fingerprint = signature.removeprefix("v0=")
-        if retry_num is not None and retry_num.isdigit() and int(retry_num) <= MAX_RETRY_NUM:
-            fingerprint += f":retry{int(retry_num)}"
-        ttl = int(sent_at + MAX_AGE_SECONDS - time.time()) + CLOCK_MARGIN_SECONDS
-        return self.keys.seen_request(fingerprint), max(ttl, 1)
+
+def _prefetched(read: PrefetchRead, reply: object) -> Prefetched | None:
+    if isinstance(reply, Exception):
+        # Such as a script the server has not loaded since it restarted: the listener
+        # reads for itself, which loads it.
+        logger.debug("prefetch of %s failed: %s", read.key, reply)
+        return None
+    return Prefetched(read.key, reply)
+
+
+def _event_fingerprint(event_id: str) -> str:
+    """The event id as it goes into a key: itself when short and plain, else a digest."""
+    if len(event_id) <= MAX_EVENT_ID_CHARS and event_id.isascii() and event_id.isalnum():
+        return event_id
+    return hashlib.sha256(event_id.encode("utf-8", "surrogatepass")).hexdigest()

@@ -17,8 +17,9 @@ from redis import Redis
 from redis.exceptions import RedisError
 from slack_bolt import App, BoltRequest
 
-from bot.http.checks import Admitted, Rejection, RequestGate
+from bot.http.checks import Admitted, AlreadyRun, NotAdmitted, Rejection, RequestGate
 from bot.http.prefetch import PREFETCHED_KEY
+from bot.http.unavailable import tell, try_again
 
 logger = logging.getLogger(__name__)
 
@@ -43,8 +44,8 @@ def make_wsgi_app(bolt_app: App, redis: Redis, *, gate: RequestGate) -> WSGIApp:
         if path != EVENTS_PATH or method != "POST":
             return _answer(start_response, "404 Not Found", b"Not Found", "text/plain")
         admitted = gate.admit(environ)
-        if isinstance(admitted, Rejection):
-            return _json(start_response, admitted.status, {"error": admitted.reason})
+        if not isinstance(admitted, Admitted):
+            return _not_admitted(start_response, admitted)
         response = bolt_app.dispatch(_bolt_request(environ, admitted))
         status = HTTPStatus(response.status)
         headers = [
@@ -60,6 +61,21 @@ def make_wsgi_app(bolt_app: App, redis: Redis, *, gate: RequestGate) -> WSGIApp:
         return [body]
 
     return application
+
+
+def _not_admitted(start_response: Callable[..., Any], outcome: NotAdmitted) -> list[bytes]:
+    """The answer to a request that does not go on to Bolt."""
+    if isinstance(outcome, Rejection):
+        return _json(start_response, outcome.status, {"error": outcome.reason})
+    if isinstance(outcome, AlreadyRun):
+        # As Bolt acknowledges an event: Slack stops sending it again.
+        return _answer(start_response, "200 OK", b"", "text/plain")
+    answer = try_again(outcome.body)
+    if answer.response_url:
+        tell(answer.response_url)
+    if answer.body is None:
+        return _answer(start_response, answer.status, b"", "text/plain")
+    return _json(start_response, answer.status, answer.body)
 
 
 def _bolt_request(environ: dict[str, Any], admitted: Admitted) -> BoltRequest:

@@ -7,7 +7,9 @@ trips however many handoffs are pending. Cursors are ids: ``after=X`` is the nex
 
 A viewer's own queue ("mine") is the union of several indexes: their reviewer index, those
 of the user groups they belong to, and the handoffs that name no reviewers when they may
-decide those (``HANDOFF_DEFAULT_REVIEWERS`` unset, or they are among them); for an admin who
+decide those (they are among ``HANDOFF_DEFAULT_REVIEWERS``, or that is unset and
+``HANDOFF_ALLOW_ANY_CHANNEL_MEMBER`` lets the members of a handoff's channel decide it: then
+only the handoffs of their channels are kept); for an admin who
 may decide anything (``AdminPolicy.may_decide_anything``), every pending handoff. A viewer's
 user groups come from the cache the permission check uses (``bot.access.usergroups``). The
 indexes are merged by id, each read only as far as the page needs, and
@@ -214,7 +216,13 @@ class Listings:
             for reviewer in [viewer, *groups]
         ]
         defaults = self.reviewers.default_reviewers
-        if not defaults or viewer in defaults or any(group in defaults for group in groups):
+        # Handoffs naming no reviewers are the default reviewers', or (when allowed) those of
+        # the members of their channel: ``may_decide`` keeps only the viewer's channels.
+        if (
+            viewer in defaults
+            or any(group in defaults for group in groups)
+            or (not defaults and self.reviewers.allow_any_channel_member)
+        ):
             ceiling = self.unassigned.refresh()
             sources.append(_IndexSource(self.store, self.unassigned.key, ceiling=ceiling))
         return sources, may_decide

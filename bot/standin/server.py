@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import secrets
 import socket
 import struct
 import sys
@@ -35,7 +36,7 @@ from urllib.parse import urlencode, urlsplit
 
 from slack_sdk.signature import SignatureVerifier
 
-from bot.standin import answers, faults, payloads, webapi
+from bot.standin import answers, faults, guard, payloads, webapi
 from bot.standin.blockkit import (
     find_element,
 )
@@ -100,13 +101,18 @@ class SlackStandIn:
     ``users`` are the workspace's members (the bot user is added); ``usergroups`` maps a user
     group id to member ids; ``channels`` maps channel ids to names. Start it with ``start()`` or
     a ``with`` block; set ``bot_url`` before acting as a person.
+
+    ``bot_token`` is the token the Web API accepts; by default a random one (read it back as
+    ``bot_token``), so that no token printed in a README works against a running stand-in. It
+    serves only requests addressed to a loopback name (or to ``host`` as written) and sent by
+    no other web site: see ``bot.standin.guard``.
     """
 
     def __init__(
         self,
         *,
         signing_secret: str,
-        bot_token: str = "xoxb-standin-token",
+        bot_token: str | None = None,
         bot_user_id: str = "U0BOT",
         bot_id: str = "B0BOT",
         team_id: str = "T0STANDIN",
@@ -124,7 +130,7 @@ class SlackStandIn:
         latency: float = 0.0,
     ) -> None:
         self.signing_secret = signing_secret
-        self.bot_token = bot_token
+        self.bot_token = bot_token or f"xoxb-standin-{secrets.token_urlsafe(18)}"
         self.bot_url = bot_url
         """The bot's request URL (e.g. http://127.0.0.1:3000/slack/events)."""
         self.ack_timeout = ack_timeout
@@ -134,6 +140,7 @@ class SlackStandIn:
         is tens of milliseconds or more); 0 answers at once."""
         self._host = host
         self._port = port
+        self._hosts = guard.allowed_hosts(host)
         self._ws = Workspace(
             team_id=team_id,
             team_domain=team_domain,
@@ -230,6 +237,13 @@ class SlackStandIn:
         ``usergroups.users.list`` answer with them from now on."""
         with self._ws.lock:
             self._ws.usergroups[group_id] = list(members)
+
+    def set_channel_members(self, channel: str, members: Sequence[str]) -> None:
+        """Make ``members`` the members of ``channel``, as people joining and leaving it
+        would: ``conversations.members`` answers with them from now on (channels never set
+        have every member of the workspace)."""
+        with self._ws.lock:
+            self._ws.channel_members[channel] = list(members)
 
     # What the bot did
 
@@ -391,14 +405,29 @@ class SlackStandIn:
         parts = urlsplit(handler.path)
         length = int(handler.headers.get("Content-Length") or 0)
         body = handler.rfile.read(length) if length else b""
-        if parts.path.startswith("/api/"):
+        refused = self._refusal(handler)
+        if refused is not None:
+            answer = json.dumps({"ok": False, "error": refused}).encode()
+            _answer(handler, 403, answer, "application/json; charset=utf-8")
+        elif parts.path.startswith("/api/"):
             self._serve_api(handler, parts.path[len("/api/") :], parts.query, body)
         elif parts.path.startswith("/response/"):
             self._serve_response_url(handler, parts.path[len("/response/") :], body)
-        elif page := self.workbench.respond(handler.command, parts.path, parts.query, body):
+        elif page := self.workbench.respond(
+            handler.command, parts.path, parts.query, body, handler.headers
+        ):
             _answer(handler, page.status, page.body, page.content_type, page.headers)
         else:
             _answer(handler, 404, b"not found", "text/plain")
+
+    def _refusal(self, handler: _Handler) -> str | None:
+        """Why no route may answer this request (a web page's, not a program's), or None.
+
+        Every route: the workbench acts as any member, the Web API as the bot, and a
+        response_url changes messages.
+        """
+        port = handler.server.server_address[1]
+        return guard.refusal(handler.headers, hosts=self._hosts, port=int(port))
 
     def _serve_api(self, handler: _Handler, method: str, query: str, body: bytes) -> None:
         content_type = handler.headers.get("Content-Type", "")

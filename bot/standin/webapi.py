@@ -236,6 +236,19 @@ def conversations_info(ws: Workspace, params: dict[str, Any]) -> dict[str, Any]:
     return {"channel": _channel_object(ws, ws.resolve_channel(params.get("channel")))}
 
 
+def conversations_members(ws: Workspace, params: dict[str, Any]) -> dict[str, Any]:
+    """conversations.members: a page of the channel's members (``limit``, ``cursor``)."""
+    members = ws.members_of(ws.resolve_channel(params.get("channel")))
+    limit = max(1, min(int(params.get("limit") or 100), 1000))
+    start = int(str(params.get("cursor") or "0").removeprefix("next:"))
+    page = members[start : start + limit]
+    more = start + limit < len(members)
+    return {
+        "members": page,
+        "response_metadata": {"next_cursor": f"next:{start + limit}" if more else ""},
+    }
+
+
 def conversations_open(ws: Workspace, params: dict[str, Any]) -> dict[str, Any]:
     """conversations.open: the bot's DM with one member."""
     users = [uid for uid in str(params.get("users", "")).split(",") if uid]
@@ -668,6 +681,7 @@ METHODS: dict[str, Method] = {
     "chat.update": chat_update,
     "conversations.history": conversations_history,
     "conversations.info": conversations_info,
+    "conversations.members": conversations_members,
     "conversations.open": conversations_open,
     "conversations.replies": conversations_replies,
     "usergroups.list": usergroups_list,

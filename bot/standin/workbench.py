@@ -24,15 +24,23 @@ Routes (all JSON except the page and its files)::
     POST /workbench/home                {"user"}: the user opens the app's Home tab
 
 It listens where the stand-in listens (127.0.0.1 by default) and anyone who can reach it can act
-as any member: it is a development tool, never expose it.
+as any member: it is a development tool, never expose it. So that no other web page the developer
+has open can act through their browser, the stand-in serves only requests addressed to a
+loopback name and sent by no other site (``bot.standin.guard``), and every POST here must be
+``Content-Type: application/json`` (which no form can send, and which a page of another origin
+cannot send without asking first) and carry this run's random token in ``X-Workbench-Token``
+(``Workbench.token``; the page gets it in its HTML). Anything else is answered 403, untouched.
 """
 
 from __future__ import annotations
 
 import copy
 import hashlib
+import hmac
+import html
 import json
 import re
+import secrets
 import threading
 import time
 from collections.abc import Iterable
@@ -41,6 +49,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 
+from bot.standin.guard import Headers
 from bot.standin.records import (
     BotUnreachable,
     Ephemeral,
@@ -72,6 +81,17 @@ _CONTENT_TYPES = {
 }
 _JSON = "application/json; charset=utf-8"
 _NO_STORE = {"Cache-Control": "no-store"}
+_PAGE = "workbench.html"
+_TOKEN_SLOT = b"{{workbench_token}}"
+"""Where the page's HTML takes this run's token (``<meta name="workbench-token">``)."""
+_NO_FRAMING = {
+    **_NO_STORE,
+    # Another site could show the page in a hidden frame and have the developer click in it.
+    "Content-Security-Policy": "frame-ancestors 'none'",
+    "X-Frame-Options": "DENY",
+}
+TOKEN_HEADER = "X-Workbench-Token"
+"""The header every POST to the workbench carries this run's ``Workbench.token`` in."""
 
 
 @dataclass
@@ -113,13 +133,26 @@ class Workbench:
         self._ws = workspace
         self._stopping = stopping
         self.admins: frozenset[str] = frozenset(admins)
+        self.token = secrets.token_urlsafe(24)
+        """The secret every POST must carry in ``X-Workbench-Token`` (new for every stand-in):
+        the page gets it in its HTML, which other sites' pages cannot read."""
 
     # Routing
 
-    def respond(self, method: str, path: str, query: str, body: bytes) -> WorkbenchAnswer | None:
-        """Answer a request for the workbench, or None if ``path`` is not one of its routes."""
+    def respond(
+        self,
+        method: str,
+        path: str,
+        query: str,
+        body: bytes,
+        headers: Headers | None = None,
+    ) -> WorkbenchAnswer | None:
+        """Answer a request for the workbench, or None if ``path`` is not one of its routes.
+
+        The stand-in has already refused requests of other sites (``bot.standin.guard``).
+        """
         if path in ("/", "/index.html"):
-            return _static("workbench.html") if method == "GET" else _not_allowed()
+            return self._page() if method == "GET" else _not_allowed()
         if path.startswith("/static/"):
             if method != "GET":
                 return _not_allowed()
@@ -143,6 +176,9 @@ class Workbench:
                 return WorkbenchAnswer.json(404, {"ok": False, "error": f"no route {path}"})
             if method != "POST":
                 return _not_allowed()
+            refused = self._post_refusal(headers or {})
+            if refused is not None:
+                return WorkbenchAnswer.json(403, {"ok": False, "error": refused})
             return WorkbenchAnswer.json(200, actions[route](_json_object(body)))
         except _BadRequest as exc:
             return WorkbenchAnswer.json(400, {"ok": False, "error": str(exc)})
@@ -151,6 +187,33 @@ class Workbench:
         except StandInError as exc:
             # What Slack itself would not let the person do (a gone message, a closed modal).
             return WorkbenchAnswer.json(409, {"ok": False, "error": str(exc)})
+
+    def _post_refusal(self, headers: Headers) -> str | None:
+        """Why a POST must not act (for its 403 answer), or None.
+
+        A form of another site can POST text/plain or form bodies without the browser asking
+        first, and cannot set headers: JSON and the token rule it out.
+        """
+        content_type = headers.get("Content-Type") or ""
+        if content_type.partition(";")[0].strip().lower() != "application/json":
+            return (
+                f"refused: the workbench takes Content-Type: application/json only, not "
+                f"{content_type or 'none'} (so that no other web page can post to it)"
+            )
+        sent = headers.get(TOKEN_HEADER) or ""
+        if not hmac.compare_digest(sent.encode(), self.token.encode()):
+            return (
+                f"refused: {TOKEN_HEADER} is missing or wrong; reload the page, or send the "
+                "token `handoff dev` printed"
+            )
+        return None
+
+    def _page(self) -> WorkbenchAnswer:
+        """The page, with this run's token in it, and never inside another site's frame."""
+        page = _static(_PAGE)
+        page.body = page.body.replace(_TOKEN_SLOT, html.escape(self.token).encode())
+        page.headers = dict(_NO_FRAMING)
+        return page
 
     # What the page shows
 

@@ -87,6 +87,9 @@ class Workspace:
         self.users.setdefault(bot_user_id, StandInUser(bot_user_id, bot_name, is_bot=True))
         self.usergroups = {group: list(members) for group, members in usergroups.items()}
         self.channel_names: dict[str, str] = dict(channels)
+        self.channel_members: dict[str, list[str]] = {}
+        """Members of the channels given some (``SlackStandIn.set_channel_members``); any
+        other channel has every member of the workspace, a DM its person and the bot."""
         self.messages: list[Message] = []
         self._message_at: dict[tuple[str, str], Message] = {}
         self.ephemerals: list[Ephemeral] = []
@@ -183,6 +186,16 @@ class Workspace:
     def dm_channel(self, user: str) -> str:
         """The id of the bot's direct-message channel with ``user``."""
         return "D" + user[1:]
+
+    def members_of(self, channel: str) -> list[str]:
+        """Who is in ``channel`` (see ``channel_members``), sorted."""
+        with self.lock:
+            if channel in self.channel_members:
+                return sorted(self.channel_members[channel])
+            if channel.startswith("D"):
+                person = next((u for u in self.users if self.dm_channel(u) == channel), None)
+                return sorted({self.bot_user_id, *([person] if person else [])})
+            return sorted(self.users)
 
     def channel_name(self, channel: str) -> str:
         """A channel's name: the configured one, or the id lower-cased."""

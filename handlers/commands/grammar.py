@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from bot.queries.listings import ListFilter, ListKind
+from store import slack_ids
 from store.durations import InvalidDuration, parse_age
 from store.exceptions import HandoffError
 from store.ids import is_handoff_id
@@ -22,9 +23,17 @@ DEFAULT_STATS_WINDOW = timedelta(days=7)
 MAX_STATS_WINDOW = timedelta(days=366)
 """The longest window ``stats`` reads (it reads the audit of its whole window)."""
 
-_CHANNEL = re.compile(r"^(?:<#([CG][A-Z0-9]+)(?:\|[^>]*)?>|#?([CG][A-Z0-9]{2,}))$")
-_USER = re.compile(r"^(?:<@([UW][A-Z0-9]+)(?:\|[^>]*)?>|@?([UW][A-Z0-9]{2,}))$")
-_GROUP = re.compile(r"^(?:<!subteam\^(S[A-Z0-9]+)(?:\|[^>]*)?>|@?(S[A-Z0-9]{2,}))$")
+
+def _target(escaped: str, bare: str, ids: re.Pattern[str]) -> re.Pattern[str]:
+    # Slack's escaped form (``<#C0123|name>``, as autocomplete sends it) or the bare id, with
+    # the id of the shape the request model takes (store.slack_ids), so a reassignment
+    # routes a handoff only where an agent could have.
+    return re.compile(rf"^(?:{escaped}({ids.pattern})(?:\|[^>]*)?>|{bare}?({ids.pattern}))$")
+
+
+_CHANNEL = _target("<#", "#", slack_ids.CHANNEL_ID)
+_USER = _target("<@", "@", slack_ids.USER_ID)
+_GROUP = _target(r"<!subteam\^", "@", slack_ids.USERGROUP_ID)
 
 
 class UsageError(HandoffError, ValueError):
@@ -96,7 +105,7 @@ def _parse_listing(text: str) -> ListFilter:
     channel = _CHANNEL.match(first)
     if channel and not rest:
         return ListFilter(ListKind.CHANNEL, channel.group(1) or channel.group(2))
-    if first.startswith("#"):
+    if first.startswith(("#", "<#")):
         raise UsageError(
             f"Slack did not turn `{first}` into a channel: pick the channel from the "
             "autocomplete list, or give its id (`#C0123ABCD`)."
@@ -119,7 +128,8 @@ def _parse_targets(text: str) -> tuple[str | None, tuple[str, ...]]:
         else:
             raise UsageError(
                 f"`{word}` is not a #channel, an @person or an @group that Slack resolved; "
-                "pick it from the autocomplete list."
+                "pick it from the autocomplete list, or give its id (`#C0123ABCD`, "
+                "`@U0123ABCD`, `@S0123ABCD`)."
             )
     return channel, tuple(dict.fromkeys(reviewers))
 

@@ -16,7 +16,7 @@ from bot.blockkit.replies import PageRequest
 from bot.queries.listings import Listings, ListKind
 from bot.queries.stats import compute_stats
 from handlers.commands.grammar import Command
-from handlers.decisions import NOT_FOUND, may_see
+from handlers.decisions import NOT_FOUND, deny, may_see
 from handlers.deps import HandlerDeps
 from handlers.origin import remember_ephemeral
 from store.exceptions import AlreadyDecided, HandoffNotFound, InvalidDecision, NotRetryable
@@ -120,6 +120,7 @@ def show_reply(deps: HandlerDeps, user: str, handoff_id: str) -> RenderedMessage
     except HandoffNotFound:
         return replies.render_notice(f"`{handoff_id}`: {NOT_FOUND}")
     if not may_see(deps, user, handoff):
+        deny(deps, handoff.id, user, via=VIA_COMMAND, reason="may_not_see")
         return replies.render_notice(
             f"You can see only the handoffs you may decide or asked for; `{handoff_id}` "
             "is not one of them."

@@ -508,6 +508,90 @@ def test_modal_inputs_reach_the_bot_in_slacks_shapes(stub: tuple[StubBot, Workbe
     }
 
 
+_UNSAFE_LINKS = [
+    {
+        "type": "section",
+        "text": {
+            "type": "mrkdwn",
+            "text": "<javascript:alert(1)|click> <JavaScript:alert(2)|shout> "
+            "<data:text/html;base64,PHNjcmlwdD5hbGVydCgzKTwvc2NyaXB0Pg==|data> "
+            "<vbscript:msgbox|vb> <ftp://x|ftp> "
+            "<!date^1893456000^{date_short}^javascript:alert(4)|Jan 1, 2030> "
+            "<https://example.com/ok|safe> <mailto:ops@example.com|mail>",
+        },
+    },
+    {
+        "type": "rich_text",
+        "elements": [
+            {
+                "type": "rich_text_section",
+                "elements": [
+                    {"type": "link", "url": " javascript:alert(5)", "text": "rich"},
+                    {"type": "link", "url": "https://example.com/rich", "text": "rich safe"},
+                ],
+            }
+        ],
+    },
+    {
+        "type": "actions",
+        "elements": [
+            {
+                "type": "button",
+                "text": {"type": "plain_text", "text": "Evil button"},
+                "action_id": "evil",
+                "url": "javascript:alert(6)",
+            },
+            {
+                "type": "button",
+                "text": {"type": "plain_text", "text": "Docs button"},
+                "action_id": "docs",
+                "url": "https://example.com/docs",
+            },
+        ],
+    },
+]
+"""Links of every kind a message can carry, with schemes that would run script in the page."""
+
+
+def test_links_that_could_run_script_are_shown_as_plain_text(
+    stub: tuple[StubBot, Workbench],
+) -> None:
+    bot, workbench = stub
+    client = WebClient(token=bot.standin.bot_token, base_url=bot.standin.api_url)
+    posted = client.chat_postMessage(channel=CHANNEL, text="links", blocks=_UNSAFE_LINKS)
+    workbench.open(ALICE)
+    message = workbench.message(posted["ts"])
+
+    expect(message).to_contain_text("<javascript:alert(1)|click>")  # as typed, not a link
+    expect(message).to_contain_text("Jan 1, 2030")
+    hrefs = message.locator("a").evaluate_all("links => links.map(a => a.getAttribute('href'))")
+    assert hrefs == [
+        "https://example.com/ok",
+        "mailto:ops@example.com",
+        "https://example.com/rich",
+    ]
+    expect(message.get_by_text("rich", exact=True)).to_have_count(1)
+
+
+def test_a_button_never_opens_a_url_that_could_run_script(stub: tuple[StubBot, Workbench]) -> None:
+    bot, workbench = stub
+    # Record what the page would open instead of opening it.
+    workbench.page.add_init_script(
+        "window.opened = []; window.open = (url) => { window.opened.push(String(url)); };"
+    )
+    client = WebClient(token=bot.standin.bot_token, base_url=bot.standin.api_url)
+    posted = client.chat_postMessage(channel=CHANNEL, text="links", blocks=_UNSAFE_LINKS)
+    page = workbench.open(ALICE)
+    message = workbench.message(posted["ts"])
+
+    # The click still reaches the app, as Slack sends one for a link button.
+    message.get_by_role("button", name="Evil button").click()
+    wait_for(lambda: [p for p in bot.received if p["actions"][0]["action_id"] == "evil"])
+    message.get_by_role("button", name="Docs button").click()
+    wait_for(lambda: [p for p in bot.received if p["actions"][0]["action_id"] == "docs"])
+    assert page.evaluate("window.opened") == ["https://example.com/docs"]
+
+
 # -- the workbench's HTTP side, without a browser ------------------------------------------------
 
 
@@ -519,9 +603,11 @@ def _get(url: str) -> tuple[int, str, bytes]:
         return exc.code, exc.headers["Content-Type"], exc.read()
 
 
-def _post(url: str, body: bytes) -> tuple[int, dict[str, Any]]:
+def _post(standin: SlackStandIn, route: str, body: bytes) -> tuple[int, dict[str, Any]]:
+    """POST ``body`` to the workbench's ``route`` as its page does (JSON, with the token)."""
+    headers = {"Content-Type": "application/json", workbench.TOKEN_HEADER: standin.workbench.token}
     request = urllib.request.Request(
-        url, data=body, headers={"Content-Type": "application/json"}, method="POST"
+        f"{standin.url}workbench/{route}", data=body, headers=headers, method="POST"
     )
     try:
         with urllib.request.urlopen(request, timeout=5) as answer:
@@ -596,15 +682,15 @@ def test_actions_that_cannot_reach_a_bot_say_why(standin: SlackStandIn) -> None:
         {"user": ALICE, "action_id": "open", "message": {"channel": CHANNEL, "ts": posted["ts"]}}
     ).encode()
 
-    status, answer = _post(standin.url + "workbench/click", click)
+    status, answer = _post(standin, "click", click)
     assert (status, answer["ok"]) == (409, False)
     assert "bot_url" in answer["error"]
 
     standin.bot_url = "http://127.0.0.1:9/slack/events"
-    status, answer = _post(standin.url + "workbench/click", click)
+    status, answer = _post(standin, "click", click)
     assert status == 502
     assert "nothing answered" in answer["error"]
 
-    assert _post(standin.url + "workbench/click", b"not json")[0] == 400
-    assert _post(standin.url + "workbench/message", b'{"user": "U0ALICE"}')[0] == 400
-    assert _post(standin.url + "workbench/nowhere", b"{}")[0] == 404
+    assert _post(standin, "click", b"not json")[0] == 400
+    assert _post(standin, "message", b'{"user": "U0ALICE"}')[0] == 400
+    assert _post(standin, "nowhere", b"{}")[0] == 404

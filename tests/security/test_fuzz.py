@@ -25,6 +25,7 @@ and printed. No example database is kept. Everything runs in process (the WSGI a
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import os
 from collections.abc import Iterator
@@ -431,10 +432,21 @@ def _interaction_bodies(world: World) -> st.SearchStrategy[tuple[bytes, str]]:
     return st.one_of(as_form, as_form, as_form, as_form, as_json, raw)
 
 
+_EVENT_NUMBERS = itertools.count()
+
+
+def _as_a_new_event(payload: Any) -> Any:
+    """``payload`` with its event_id, if it has one, made unique: the gate lets an event_id
+    through once, and each example must reach the listeners as a new event."""
+    if isinstance(payload, dict) and isinstance(payload.get("event_id"), str):
+        payload["event_id"] += f"-{next(_EVENT_NUMBERS)}"
+    return payload
+
+
 def _event_bodies(world: World) -> st.SearchStrategy[tuple[bytes, str]]:
     near_valid = mutated(world.events, world.strings)
     payloads = st.one_of(near_valid, near_valid, near_valid, random_payload())
-    encoded = payloads.map(lambda p: _neutralised(p, world.safe_url))
+    encoded = payloads.map(lambda p: _as_a_new_event(_neutralised(p, world.safe_url)))
     as_json = encoded.map(lambda p: (json.dumps(p).encode(), JSON))
     raw = st.binary(max_size=200).map(lambda b: (b, JSON))
     return st.one_of(as_json, as_json, as_json, as_json, as_json, raw)

@@ -1,5 +1,7 @@
 """Requests not signed by Slack, signed too long ago or in the future, or replayed, are
-refused with 401 and change nothing; Slack's own event retries still go through.
+refused with 401 and change nothing; an event runs once however often it is delivered
+(Slack's retries and replays of them are acknowledged and not run again), and while the
+replay guard cannot reach Redis nothing runs at all.
 
 A few cases go over real HTTP to `handoff serve`; the whole matrix of forgeries runs
 against the same WSGI app in process, on every surface.
@@ -10,14 +12,24 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from redis import Redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
+from bot.app import create_app
 from bot.blockkit import ids
+from bot.http.checks import RequestGate
+from bot.http.prefetch import clicked_handoff_read
+from bot.http.replay import ReplayGuard
 from bot.http.signing import MAX_AGE_SECONDS, sign
+from bot.http.wsgi import make_wsgi_app
+from bot.keys import BotKeys
 from bot.standin import Response
 from store.models import Status
+from tests.support.redis_server import RedisServer
 from tests.support.security_harness import (
     FORM,
     JSON,
@@ -31,7 +43,7 @@ from tests.support.security_harness import (
     snapshot,
     wait_quiet,
 )
-from tests.support.slack_env import ADMIN, ALICE, CAROL, CHANNEL, SIGNING_SECRET, SlackEnv
+from tests.support.slack_env import ADMIN, ALICE, BOB, CAROL, CHANNEL, SIGNING_SECRET, SlackEnv
 
 TS, SIG = "X-Slack-Request-Timestamp", "X-Slack-Signature"
 
@@ -159,14 +171,48 @@ def test_slack_retries_of_a_thread_reply_are_accepted_and_answer_once(
 
     # Slack's retry: the same body, re-signed now, with X-Slack-Retry-Num.
     retried = slack.standin.resend_event(first, retry_num=1)
-    # A retry sent within the same second carries the very same signature: still a retry.
+    # A retry sent within the same second carries the very same signature.
     same_second = same_signature("2")
+    # The same again: a replay looks just like it, and the retry number is not signed.
+    replayed = same_signature("2")
 
-    assert (retried.status, same_second.status) == (200, 200)
+    # Each is acknowledged (so that Slack stops retrying) and none runs again.
+    assert (retried.status, same_second.status, replayed.status) == (200, 200, 200)
     events = [e.event for e in slack.handoffs.audit(question.id)]
     assert events.count("decided") == 1
-    # ...but the exact same retry request twice is a replay.
-    assert same_signature("2").status == 401
+
+
+def test_an_app_home_opened_resent_with_retry_numbers_1_to_11_publishes_the_home_once(
+    slack: SlackEnv, store_redis: Redis
+) -> None:
+    """The retry number is not signed: the same signed event sent with any of them, or
+    re-signed as Slack's later retries are, is the same event, and runs once."""
+    wait_quiet(store_redis, slack)
+    published = len(_home_publishes(slack, BOB))
+    first = slack.standin.send_app_home_opened(BOB)
+    assert first.status == 200
+    assert len(_home_publishes(slack, BOB)) == published + 1
+
+    again = [
+        slack.standin.send_signed(
+            first.request_body,
+            content_type=JSON,
+            timestamp=int(first.request_headers[TS]),
+            signature=first.request_headers[SIG],
+            headers={"X-Slack-Retry-Num": str(retry_num), "X-Slack-Retry-Reason": "http_error"},
+        )
+        for retry_num in range(1, 12)
+    ]
+    again.append(slack.standin.resend_event(first, retry_num=3, reason="http_timeout"))
+
+    time.sleep(0.2)  # anything the deliveries set off would show by now
+    assert len(_home_publishes(slack, BOB)) == published + 1
+    # Each acknowledged, so that Slack stops sending it.
+    assert [answer.status for answer in again] == [200] * 12
+
+
+def _home_publishes(slack: SlackEnv, user: str) -> list[Any]:
+    return [c for c in slack.standin.calls("views.publish") if c.params.get("user_id") == user]
 
 
 # -- the whole matrix, in process -------------------------------------------------------------
@@ -264,7 +310,10 @@ def test_every_surface_refuses_a_replay_in_process(
         wait_quiet(store_redis, slack)
         before, calls = snapshot(store_redis), len(slack.standin.calls())
         replay = bot.post(body, content_type=content_type, headers=headers, sign=False)
-        assert replay.status == 401, f"{surface} replayed: {replay}"
+        # A replayed event looks like Slack's retry of it: acknowledged, so that Slack
+        # stops sending it, and not run again. Anything else gets 401.
+        expected = 200 if content_type == JSON else 401
+        assert replay.status == expected, f"{surface} replayed: {replay}"
         assert_identical(before, snapshot(store_redis))
         assert len(slack.standin.calls()) == calls
 
@@ -288,3 +337,84 @@ def test_an_unsigned_ssl_check_ping_gets_200_and_nothing_more(
     assert bot.post(sneaked, sign=False).status == 401
     assert_identical(before, snapshot(store_redis))
     assert len(slack.standin.calls()) == calls
+
+
+# -- while the replay guard cannot reach Redis ------------------------------------------------
+
+
+class GuardOnItsOwnRedis(InProcessBot):
+    """The in-process bot with its replay guard on ``guard_redis``, a Redis server the test
+    kills and restarts; the store and the listeners stay on the shared one, so a request
+    let through while the guard's Redis is down would run."""
+
+    def __init__(self, slack: SlackEnv, guard_redis: Redis) -> None:
+        super().__init__(slack)
+        redis = self.settings.open_redis()
+        store = self.settings.open_store(redis=redis)
+        guard = ReplayGuard(guard_redis, BotKeys(store.keys))
+        gate = RequestGate(SIGNING_SECRET, guard, read_for=clicked_handoff_read(store))
+        self.app = make_wsgi_app(create_app(self.settings, redis=redis), redis, gate=gate)
+
+
+def test_while_the_replay_guard_cannot_reach_redis_nothing_runs_and_retries_run_once_it_is_back(
+    slack: SlackEnv, store_redis: Redis, tmp_path: Path
+) -> None:
+    server = RedisServer(tmp_path / "guard-redis")
+    server.start()
+    # No retries of its own: a refused connection fails the check at once.
+    guard_redis = Redis(port=server.port, socket_timeout=1, retry=Retry(NoBackoff(), 0))
+    try:
+        bot = GuardOnItsOwnRedis(slack, guard_redis)
+        approval, to_cancel = _approval(slack), _approval(slack, run_id="run-to-cancel")
+        question = slack.region_question(run_id="run-outage", reviewers=[ALICE])
+        asked = slack.posted(question.id)
+        _, click = _captured_click(slack, approval)
+        with capturing(slack.standin) as captured:
+            slack.standin.post_message(ALICE, CHANNEL, "eu-west-1", thread_ts=asked.ts)
+            slack.standin.send_command(ADMIN, "/handoff", f"cancel {to_cancel}")
+        (_, event), (_, command) = captured
+        sent = {
+            "click": (click, FORM, signed_headers(click)),
+            "command": (command, FORM, signed_headers(command)),
+            "event": (event, JSON, signed_headers(event)),
+        }
+
+        def send(kind: str, **extra: str) -> Answer:
+            body, content_type, headers = sent[kind]
+            return bot.post(
+                body, content_type=content_type, headers={**headers, **extra}, sign=False
+            )
+
+        wait_quiet(store_redis, slack)
+        before, told = snapshot(store_redis), len(slack.standin.ephemerals(ALICE))
+        server.kill()
+
+        clicked, commanded, delivered = send("click"), send("command"), send("event")
+
+        time.sleep(0.2)  # anything the requests set off would show by now
+        for handoff_id in (approval, to_cancel, question.id):
+            assert slack.handoffs.get(handoff_id).status is Status.PENDING
+        assert_identical(before, snapshot(store_redis))  # nothing decided
+        # Each is refused with a "try again" its kind allows: the click through its
+        # response_url, the command in its answer, the event by a 503 Slack retries.
+        assert clicked.status == 200, clicked
+        assert any("try again" in e.text for e in slack.standin.ephemerals(ALICE)[told:])
+        assert commanded.status == 200 and "try again" in json.loads(commanded.body)["text"]
+        assert delivered.status == 503, delivered
+
+        server.start()
+        assert guard_redis.dbsize() == 0  # nothing recorded either
+
+        # Slack's retry of the event (the same body, re-signed a minute later), and the same
+        # click and command sent again: each runs now, once.
+        retried = bot.post(event, content_type=JSON, headers={"X-Slack-Retry-Num": "1"})
+        assert (send("click").status, send("command").status, retried.status) == (200, 200, 200)
+        assert slack.handoffs.get(approval).status is Status.APPROVED
+        assert slack.handoffs.get(to_cancel).status is Status.CANCELLED
+        assert slack.handoffs.get(question.id).status is Status.ANSWERED
+        assert send("click").status == 401
+        assert send("event", **{"X-Slack-Retry-Num": "2"}).status == 200
+        assert [e.event for e in slack.handoffs.audit(question.id)].count("decided") == 1
+    finally:
+        guard_redis.close()
+        server.stop()

@@ -89,7 +89,7 @@ def escalation(summary: str = "Customer threatens legal action") -> dict[str, An
     return {"kind": "escalation", "summary": summary}
 
 
-def decision(outcome: Status, by: str = "U1", **fields: Any) -> ResumeData:
+def decision(outcome: Status, by: str = "U01", **fields: Any) -> ResumeData:
     return ResumeData(decision_id="d-1", outcome=outcome, decided_by=by, **fields)
 
 

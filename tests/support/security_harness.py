@@ -37,6 +37,7 @@ ALLOWED_PREFIXES = (
     b"{ho}:event:",  # event dedupe markers
     b"{ho}:bot:admin:",  # cached users.info answers ("is this user an admin?")
     b"{ho}:bot:usergroups",  # the user-group cache (permission checks and listings share it)
+    b"{ho}:bot:channel:",  # the channel-member cache (who may decide unassigned handoffs)
     b"{ho}:bot:home:",  # App Home bookkeeping (who opened it, what it shows)
     b"{ho}:bot:unassigned:read",  # how far a Home build read the audit stream
     b"{ho}:bot:unassigned:walk",  # how far a Home build walked the pending index
@@ -95,6 +96,7 @@ class InProcessBot:
             SLACK_API_URL=env["SLACK_API_URL"],
             HANDOFF_CHANNEL=env["HANDOFF_CHANNEL"],
             HANDOFF_ADMINS=env["HANDOFF_ADMINS"],
+            allow_any_channel_member=env["HANDOFF_ALLOW_ANY_CHANNEL_MEMBER"],
         )
         self.app = build_wsgi_app(self.settings)
 

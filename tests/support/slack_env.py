@@ -95,6 +95,9 @@ class SlackEnv:
             "SLACK_API_URL": self.standin.api_url,
             "HANDOFF_CHANNEL": CHANNEL,
             "HANDOFF_ADMINS": ADMIN,
+            # As in `handoff dev`: handoffs naming no reviewers are their channel's members'
+            # (the stand-in puts everyone in every channel unless a test says otherwise).
+            "HANDOFF_ALLOW_ANY_CHANNEL_MEMBER": "true",
             "HANDOFF_SWEEP_INTERVAL_SECONDS": "0.1",
             "HANDOFF_RETRY_BACKOFF_SECONDS": "0.2",
             **self.extra_env,

@@ -420,6 +420,7 @@ def question_tool(
     list[str] | None = None) -> str``, for frameworks that build tools from functions. By
     default an unanswered question returns a message for the model instead of raising."""
     reject_unknown_options("question_tool", options, option_names(QuestionOptions))
+    RequestDefaults.build(**_handoff_options(options))  # bad ids now, not at the first call
     source = _ClientSource(options.get("handoffs"))
     settings: QuestionOptions = {"on_decline": "message", **options, "handoffs": source.get}
 

@@ -61,8 +61,9 @@ from pydantic import BaseModel, Field
 from redis import Redis
 from redis.client import Pipeline
 
+from store import slack_ids
 from store.decoding import as_text
-from store.exceptions import HandoffError
+from store.exceptions import HandoffError, InvalidHandoffRequest
 from store.models import ApprovalPayload, Handoff, ProposedAction, Status
 from worker.client import Handoffs, RequestOptions
 
@@ -128,13 +129,15 @@ class HandoffOptions(TypedDict, total=False):
     creates (they mean what they mean for ``Handoffs.request_*``)."""
 
     channel: str | None
-    """Slack channel to post in (default: the client's ``default_channel``)."""
+    """Slack channel id to post in (``C…``, ``G…``, ``D…``; default: the client's
+    ``default_channel``)."""
     reviewers: Sequence[str]
-    """Slack user or user-group ids allowed to decide."""
+    """Slack user (``U…``, ``W…``) or user-group (``S…``) ids allowed to decide."""
     agent_name: str | None
     """Name of the agent, shown to reviewers."""
     requester: str | None
-    """Who or what asked (a Slack user id blocks self-approval when enabled)."""
+    """Who or what asked: a Slack user id (mentioned; blocks self-approval when enabled) or
+    any name."""
     expires_in: timedelta | float | None
     """Time (or seconds) after which a handoff expires; expiry never approves."""
     context: str | None
@@ -163,6 +166,7 @@ class RequestDefaults(BaseModel):
         reviewers = options.get("reviewers", ())
         if isinstance(reviewers, str):
             raise ValueError(f"reviewers must be a list of Slack ids, e.g. [{reviewers!r}]")
+        _check_routing(options.get("channel"), reviewers)
         expires_in = options.get("expires_in")
         seconds = expires_in.total_seconds() if isinstance(expires_in, timedelta) else expires_in
         return cls(
@@ -191,6 +195,15 @@ class RequestDefaults(BaseModel):
         if self.expires_in_seconds is not None:
             options["expires_in"] = self.expires_in_seconds
         return options
+
+
+def _check_routing(channel: str | None, reviewers: Sequence[str]) -> None:
+    # Refused when the adapter is set up, not at the run's first pause (the request model
+    # checks them again there). Defaults read back from a handoff's metadata are not checked.
+    if channel and (problem := slack_ids.CHANNEL.refusal(channel)):
+        raise InvalidHandoffRequest(f"invalid handoff options: channel: {problem}")
+    if problem := slack_ids.REVIEWER.first_refusal(reviewers):
+        raise InvalidHandoffRequest(f"invalid handoff options: reviewers: {problem}")
 
 
 @dataclass(frozen=True)

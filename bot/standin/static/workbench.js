@@ -5,6 +5,8 @@
 
 (() => {
   const $ = (id) => document.getElementById(id);
+  /** This run's token (in the page's HTML): the stand-in refuses a POST without it. */
+  const WORKBENCH_TOKEN = document.querySelector("meta[name=workbench-token]")?.content || "";
 
   const ui = {
     state: null, // the last /workbench/state answer
@@ -45,6 +47,23 @@
     return String(text).replace(/[&<>"']/g, (c) => ({
       "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;",
     })[c]);
+  }
+
+  const LINK_SCHEMES = ["http:", "https:", "mailto:"];
+
+  /**
+   * ``url`` if the page may link to it or open it: http(s) and mailto only, else null. A
+   * javascript:, data: or vbscript: link (or any other scheme) in a message could run script
+   * in this page, which acts as anyone; such links are shown as plain text. The check parses
+   * the URL as the browser will, so what passes is what would be followed.
+   */
+  function safeUrl(url) {
+    if (url === null || url === undefined || url === "") return null;
+    try {
+      return LINK_SCHEMES.includes(new URL(String(url)).protocol) ? String(url) : null;
+    } catch (error) {
+      return null; // not an absolute URL
+    }
   }
 
   /** Slack escapes &, < and > in message text; undo that before escaping for HTML. */
@@ -131,7 +150,8 @@
     const shown = format.replace(/\{(\w+)\}/g, (whole, token) => dateToken(date, token) ?? whole);
     const time = `<time datetime="${date.toISOString()}" title="${escHtml(unslack(fallback || ""))}">`
       + `${escHtml(shown)}</time>`;
-    return link ? `<a href="${escHtml(link)}" target="_blank" rel="noopener">${time}</a>` : time;
+    const href = link ? safeUrl(unslack(link)) : null;
+    return href ? `<a href="${escHtml(href)}" target="_blank" rel="noopener">${time}</a>` : time;
   }
 
   // -- mrkdwn ----------------------------------------------------------------------------------
@@ -174,11 +194,12 @@
     if (target.startsWith("!")) {
       return `<span class="mention">@${escHtml(label || target.slice(1).split("^")[0])}</span>`;
     }
-    if (/^(https?:|mailto:)/i.test(target)) {
-      const href = unslack(target);
+    const href = safeUrl(unslack(target));
+    if (href) {
       return `<a href="${escHtml(href)}" target="_blank" rel="noopener">`
         + `${escHtml(label || href)}</a>`;
     }
+    // Not a link the page may follow (javascript:, data:, an unknown scheme): shown as typed.
     return escHtml(unslack(`<${inner}>`));
   }
 
@@ -340,7 +361,11 @@
       .filter(Boolean).join(" ");
     switch (e.type) {
       case "text": return h("span", { class: cls }, e.text);
-      case "link": return h("a", { class: cls, href: e.url, target: "_blank", rel: "noopener" }, e.text || e.url);
+      case "link": {
+        const href = safeUrl(e.url);
+        if (!href) return h("span", { class: cls }, e.text || e.url); // refused: plain text
+        return h("a", { class: cls, href, target: "_blank", rel: "noopener" }, e.text || e.url);
+      }
       case "user": return h("span", { class: "mention" }, `@${userLabel(e.user_id)}`);
       case "channel": return h("span", { class: "mention" }, `#${channelLabel(e.channel_id)}`);
       case "usergroup":
@@ -364,7 +389,8 @@
           onclick: (event) => {
             const button = event.currentTarget;
             confirmThen(element.confirm, () => {
-              if (element.url) window.open(element.url, "_blank", "noopener");
+              const url = safeUrl(element.url); // a javascript: url is never opened
+              if (url) window.open(url, "_blank", "noopener");
               return act(ctx, block, element, undefined, button);
             });
           },
@@ -572,7 +598,9 @@
     busy?.classList.add("busy");
     try {
       const response = await fetch(`/workbench/${route}`, {
-        method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),
+        method: "POST",
+        headers: { "Content-Type": "application/json", "X-Workbench-Token": WORKBENCH_TOKEN },
+        body: JSON.stringify(body),
       });
       const answer = await response.json().catch(() => ({ ok: false, error: `HTTP ${response.status}` }));
       if (!answer.ok) toast(answer.error || "The app did not accept that.");
