@@ -38,6 +38,9 @@ NOT_SHOWN_HERE = (
     "This button is not on a message of that request, so nothing was done. "
     "Use the buttons on the request's own message (or on your App Home)."
 )
+MAY_NOT_SEE = (
+    "You can see only the handoffs you may decide or asked for, and this is no longer one of them."
+)
 STILL_POSTING = (
     "This request is still being posted, so nothing was done yet. "
     "Please try again in a few seconds."
@@ -113,13 +116,21 @@ def may_view(
     deps: HandlerDeps, handoff: Handoff, origin: Origin, user_id: str, *, via: str
 ) -> Refusal | None:
     """Why ``user_id`` may not see everything the agent sent for ``handoff`` from ``origin``
-    (None: they may). Anyone who sees a message of the handoff may; from an ephemeral reply
-    (``/handoff show``), only who may see the handoff through the command."""
+    (None: they may). Anyone who sees a message of the handoff may; from their App Home or
+    an ephemeral reply (``/handoff show``), only who may see the handoff now: what those
+    showed earlier stays on screen after someone is taken off the handoff or leaves its
+    channel."""
     try:
-        if shows_handoff(deps, handoff, origin, user_id):
-            return None
-        if origin.surface == "ephemeral" and may_see(deps, user_id, handoff):
-            return None
+        if origin.surface == "message":
+            if shows_handoff(deps, handoff, origin, user_id):
+                return None
+        elif origin.surface in ("home", "ephemeral"):
+            if not may_see(deps, user_id, handoff):
+                deny(deps, handoff.id, user_id, via=via, reason="may_not_see")
+                return Refusal(MAY_NOT_SEE)
+            # A ``show`` reply may show any handoff its reader may see; a Home, only its own.
+            if origin.surface == "ephemeral" or shows_handoff(deps, handoff, origin, user_id):
+                return None
         deny(deps, handoff.id, user_id, via=via, reason="not_shown_here")
     except HandoffNotFound:
         return Refusal(NOT_FOUND)

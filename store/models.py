@@ -11,6 +11,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 from pydantic_core import PydanticCustomError
 
 from store import slack_ids
+from store.decoding import well_formed
 
 
 class RequestType(StrEnum):
@@ -156,6 +157,11 @@ class HandoffRequest(_Strict):
     escalate_to: EscalationTarget | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _storable_text(cls, data: Any) -> Any:
+        return well_formed(data)
+
     @model_validator(mode="after")
     def _payload_matches_type(self) -> HandoffRequest:
         if self.payload.kind != self.request_type.value:
@@ -178,6 +184,12 @@ class ResumeData(_Strict):
     answer: str | None = None
     edited_args: dict[str, Any] | None = None
     corrected_draft: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _storable_text(cls, data: Any) -> Any:
+        # What people type (a comment, an answer, edited arguments) may hold half an emoji.
+        return well_formed(data)
 
 
 class TaskProgress(BaseModel):

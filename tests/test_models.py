@@ -416,3 +416,29 @@ def test_a_handoff_stored_before_ids_were_checked_still_reads_back(redis: Redis)
     assert handoff.channel == "#approvals"
     assert handoff.reviewers == ["bob", "S1> <!channel> <https://evil|x>"]
     assert (handoff.requester, handoff.escalate_to) == ("<!here>", "oncall")
+
+
+def test_half_a_utf16_pair_in_request_or_decision_text_is_stored_as_a_replacement_character() -> (
+    None
+):
+    """JSON may carry a lone surrogate ("\\ud83d", an emoji cut in two) that no UTF-8 encoder
+    writes; the models replace it, so storing never fails (Socket Mode skips the HTTP gate)."""
+    request = HandoffRequest.model_validate(
+        {
+            "run_id": "r",
+            "thread_id": "t",
+            "request_type": "question",
+            "context": "half \ud83d",
+            "payload": {"kind": "question", "question": "Which \ude00?"},
+            "metadata": {"k\ud800": ["v\udfff"]},
+        }
+    )
+    decision = ResumeData(
+        decision_id="d", outcome="rejected", decided_by="U0ALICE", comment="no \ud83d"
+    )
+
+    assert request.context == "half \ufffd"
+    assert request.metadata == {"k\ufffd": ["v\ufffd"]}
+    assert "\ufffd" in request.model_dump_json()
+    assert decision.comment == "no \ufffd"
+    decision.model_dump_json().encode()  # no UnicodeEncodeError

@@ -234,12 +234,15 @@ def test_when_allowed_only_members_of_the_channel_may_decide_an_unassigned_hando
     assert slack.calls == ["conversations.members"] * 4
 
 
-def test_a_channel_slack_cannot_list_has_no_members(
+def test_when_slack_cannot_list_a_channel_the_person_is_told_to_try_again(
     policy: PolicyFactory, slack: FakeSlack, redis: Redis
 ) -> None:
     reviewers = policy(allow_any_channel_member=True)
 
-    assert reviewers.denial("U1", handoff(channel="C0GONE")) is not None
+    assert reviewers.denial("U1", handoff(channel="C0GONE")) == (
+        "slack-handoff cannot ask Slack who is in <#C0GONE> right now, so nothing was done. "
+        "Please try again in a minute."
+    )
     slack.channels["C0GONE"] = ["U1"]
     # A failed lookup is not cached: the next check asks again.
     assert reviewers.denial("U1", handoff(channel="C0GONE")) is None

@@ -41,8 +41,8 @@ class ChannelMembers:
         members.is_member("C0OPS", "U0BOB")   # may Bob decide C0OPS's unassigned handoffs?
 
     When Slack cannot be asked (an API error such as ``channel_not_found``, or unreachable),
-    nobody counts as a member (deny rather than guess) and nothing is cached, so the next
-    lookup asks again. With ``cache_seconds=0`` every lookup asks Slack.
+    the answer is None: nobody counts as a member (deny rather than guess), and nothing is
+    cached, so the next lookup asks again. With ``cache_seconds=0`` every lookup asks Slack.
     """
 
     def __init__(
@@ -65,8 +65,9 @@ class ChannelMembers:
         """The cache with ``HANDOFF_CHANNEL_MEMBERS_CACHE_SECONDS``."""
         return cls(client, redis, keys, cache_seconds=settings.channel_members_cache_seconds)
 
-    def is_member(self, channel: str, user_id: str) -> bool:
-        """Is ``user_id`` in ``channel``?"""
+    def is_member(self, channel: str, user_id: str) -> bool | None:
+        """Is ``user_id`` in ``channel``? None when Slack could not be asked (which counts
+        as "no", but is told apart so that a member can be told to try again)."""
         key = self.keys.channel_members(channel)
         if self.cache_seconds:
             cached, member = self.redis.smismember(key, [MARKER, user_id])
@@ -74,7 +75,7 @@ class ChannelMembers:
                 return bool(member)
         members = self._fetch(channel)
         if members is None:
-            return False
+            return None
         if self.cache_seconds:
             pipe = self.redis.pipeline(transaction=True)
             pipe.delete(key)

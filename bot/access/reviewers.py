@@ -107,7 +107,7 @@ class ReviewerPolicy:
             return None
         if handoff.escalated_at and handoff.escalate_to:
             target = handoff.escalate_to
-            if target == channel and self.channel_members.is_member(target, user_id):
+            if target == channel and self.channel_members.is_member(target, user_id) is True:
                 return None
             if is_usergroup(target) and user_id in self.usergroups.members(target):
                 return None
@@ -129,10 +129,17 @@ class ReviewerPolicy:
                 "(or reassign it to reviewers)."
             )
         channel = self.home_channel(handoff)
-        if channel and self.channel_members.is_member(channel, user_id):
+        if not channel:
+            return "This request names no reviewers and no channel, so only an admin can decide it."
+        member = self.channel_members.is_member(channel, user_id)
+        if member is None:
+            return (
+                f"slack-handoff cannot ask Slack who is in {channel_mention(channel)} right "
+                "now, so nothing was done. Please try again in a minute."
+            )
+        if member:
             return None
-        where = channel_mention(channel) if channel else "its channel"
-        return f"Only members of {where} can decide this request."
+        return f"Only members of {channel_mention(channel)} can decide this request."
 
     def home_channel(self, handoff: Handoff) -> str | None:
         """The channel a handoff is posted in (its primary message's), else the one it will

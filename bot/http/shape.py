@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from bot.http.form import parse_form
+from store.decoding import well_formed
 from store.exceptions import HandoffError
 
 
@@ -164,6 +165,9 @@ def parse_body(text: str, content_type: str | None) -> dict[str, Any]:
         raise MalformedRequest("the body is not valid JSON or form data") from exc
     if not isinstance(body, dict):
         raise MalformedRequest("the body is not an object")
+    # JSON may hold half a UTF-16 pair ("\\ud83d": an emoji cut in two in typed text, or a
+    # forged id); replaced here, nothing downstream (Redis, JSON) fails writing it.
+    body = well_formed(body)
     problem = shape_problem(body)
     if problem:
         raise MalformedRequest(problem)

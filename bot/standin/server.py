@@ -403,13 +403,18 @@ class SlackStandIn:
 
     def _serve(self, handler: _Handler) -> None:
         parts = urlsplit(handler.path)
+        refused = self._refusal(handler) or _length_problem(handler)
+        if refused is not None:
+            # Its body is left unread (a foreign page's, or of no known length): the
+            # connection cannot carry another request.
+            handler.close_connection = True
+            status = 400 if refused.startswith("bad Content-Length") else 403
+            answer = json.dumps({"ok": False, "error": refused}).encode()
+            _answer(handler, status, answer, "application/json; charset=utf-8")
+            return
         length = int(handler.headers.get("Content-Length") or 0)
         body = handler.rfile.read(length) if length else b""
-        refused = self._refusal(handler)
-        if refused is not None:
-            answer = json.dumps({"ok": False, "error": refused}).encode()
-            _answer(handler, 403, answer, "application/json; charset=utf-8")
-        elif parts.path.startswith("/api/"):
+        if parts.path.startswith("/api/"):
             self._serve_api(handler, parts.path[len("/api/") :], parts.query, body)
         elif parts.path.startswith("/response/"):
             self._serve_response_url(handler, parts.path[len("/response/") :], body)
@@ -936,6 +941,14 @@ class SlackStandIn:
 def interaction_body(payload: Mapping[str, Any]) -> bytes:
     """The form body Slack POSTs for an interaction payload (``payload=<json>``)."""
     return urlencode({"payload": json.dumps(payload)}).encode()
+
+
+def _length_problem(handler: _Handler) -> str | None:
+    """What is wrong with the request's ``Content-Length``, or None."""
+    sent = handler.headers.get("Content-Length")
+    if sent is None or (sent.isascii() and sent.isdigit()):
+        return None
+    return f"bad Content-Length {sent[:20]!r}: send the body's length in bytes"
 
 
 def _answer(

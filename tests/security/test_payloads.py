@@ -35,7 +35,7 @@ from tests.support.security_harness import (
     snapshot,
     wait_quiet,
 )
-from tests.support.slack_env import ALICE, CHANNEL, SlackEnv
+from tests.support.slack_env import ALICE, CHANNEL, SlackEnv, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -377,3 +377,38 @@ def test_a_command_whose_text_says_payload_is_still_a_command(slack: SlackEnv) -
     body, answered 404); the gate parses a form as an interaction only with that field."""
     reply = slack.command(ALICE, "show payload")
     assert "`payload` is not a handoff id" in reply.text + json.dumps(reply.blocks)
+
+
+HALF_EMOJI = "\ud83d"
+"""Half of a UTF-16 pair: what a client that cuts a string mid-emoji sends (JSON "\\ud83d")."""
+
+
+def test_half_an_emoji_in_a_thread_answer_is_stored_as_a_replacement_character(
+    slack: SlackEnv,
+) -> None:
+    question = slack.region_question(run_id="run-half-emoji", reviewers=[ALICE])
+    message = slack.posted(question.id)
+
+    _, response = slack.standin.post_message(
+        ALICE, message.channel, f"eu-west {HALF_EMOJI}", thread_ts=message.ts
+    )
+
+    assert response.status == 200
+    decided = wait_for(lambda: (h := slack.handoffs.get(question.id)).resume_data and h)
+    assert decided.resume_data.answer == "eu-west \ufffd"
+
+
+def test_half_an_emoji_in_a_reject_reason_is_stored_as_a_replacement_character(
+    slack: SlackEnv,
+) -> None:
+    handoff_id = slack.refund_approval(reviewers=[ALICE], run_id="run-half-emoji-2")
+    slack.standin.click(ALICE, slack.posted(handoff_id), block_ids.REJECT)
+    modal = wait_for(lambda: [v for v in slack.standin.views(ALICE) if not v.closed][-1:])[0]
+    [block] = [b for b in modal.blocks if b.get("type") == "input"][:1]
+    values = {block["block_id"]: {block["element"]["action_id"]: f"too much {HALF_EMOJI}"}}
+
+    assert slack.standin.submit_view(ALICE, modal, values).status == 200
+
+    decided = slack.handoffs.get(handoff_id)
+    assert decided.status is Status.REJECTED
+    assert decided.resume_data is not None and decided.resume_data.comment == "too much \ufffd"

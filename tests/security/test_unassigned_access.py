@@ -45,7 +45,7 @@ def _private(slack: SlackEnv, channel: str, *members: str) -> str:
     return handoff_id
 
 
-def _leave(slack: SlackEnv, channel: str, *members: str) -> None:
+def _set_members(slack: SlackEnv, channel: str, *members: str) -> None:
     """Make ``members`` (and the bot) the channel's members, and let the bot know at once
     (as it would once its cache of the members expires)."""
     slack.standin.set_channel_members(channel, [BOT_USER, *members])
@@ -149,7 +149,7 @@ def test_a_home_click_of_someone_who_left_the_channel_stays_pending_and_is_audit
     handoff_id = _private(slack, "G0SECHOME", ALICE, BOB)
     stale = _open_home(slack, BOB)
     assert handoff_id in json.dumps(stale.blocks)
-    _leave(slack, "G0SECHOME", ALICE)
+    _set_members(slack, "G0SECHOME", ALICE)
     wait_quiet(store_redis, slack)
 
     block_id = home_actions_block_id(handoff_id)
@@ -180,3 +180,32 @@ def test_a_forged_home_click_for_a_private_channels_handoff_stays_pending(
     assert slack.handoffs.get(handoff_id).status is Status.PENDING
     assert (BOB, {"via": "slack_button", "reason": "not_shown_here"}) in _denials(slack, handoff_id)
     assert_unchanged(before, snapshot(store_redis), store_redis)
+
+
+def test_view_full_is_refused_to_someone_who_left_the_channel_from_a_show_reply_or_home(
+    slack: SlackEnv,
+) -> None:
+    _set_members(slack, "G0SECVIEW", ALICE, BOB)
+    # Long enough that its message and Home entry are cut short, with a View full button.
+    handoff_id = slack.handoffs.request_approval(
+        run_id="run-view",
+        thread_id="t",
+        action="wire_money",
+        args={"iban": "SECRET-IBAN", "memo": "x" * 3000},
+        context="Secret context. " * 60,
+        channel="G0SECVIEW",
+    ).id
+    slack.posted(handoff_id)
+    reply = slack.command(BOB, f"show {handoff_id}")
+    home = _open_home(slack, BOB)
+    assert handoff_id in json.dumps(home.blocks)
+    _set_members(slack, "G0SECVIEW", ALICE)
+    opened = len(slack.standin.calls("views.open"))
+
+    slack.standin.click(BOB, slack.current(reply), ids.VIEW_FULL)
+    slack.standin.click(BOB, home, ids.VIEW_FULL, block_id=home_actions_block_id(handoff_id))
+
+    assert len(slack.standin.calls("views.open")) == opened  # no modal with the content
+    refusals = [d for actor, d in _denials(slack, handoff_id) if actor == BOB]
+    assert refusals.count({"via": "slack_button", "reason": "may_not_see"}) == 2
+    assert "viewed_full" not in [e.event for e in slack.handoffs.audit(handoff_id)]

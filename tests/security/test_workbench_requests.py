@@ -187,3 +187,17 @@ def test_the_web_api_refuses_other_pages_and_a_published_token(slack: SlackEnv) 
         with pytest.raises(SlackApiError) as refused:
             client.chat_postMessage(channel="C0APPROVALS", text="from the README")
         assert refused.value.response["error"] == "invalid_auth"
+
+
+@pytest.mark.parametrize("length", ["abc", "-1", "1e3"])
+def test_a_bad_content_length_gets_400_and_changes_nothing(
+    slack: SlackEnv, approval: tuple[str, Message], length: str
+) -> None:
+    handoff_id, message = approval
+    status, _, body = _request(
+        slack.standin, "POST", "/workbench/click", _approve(message), {"Content-Length": length}
+    )
+
+    assert status == 400
+    assert "bad Content-Length" in json.loads(body)["error"]
+    assert slack.handoffs.get(handoff_id).status is Status.PENDING
