@@ -14,7 +14,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from bot.config import Settings
 from store.exceptions import ConfigurationError, HandoffError
-from store.models import Handoff, RequestType, Status
+from store.lost_attempts import retry_warning
+from store.models import Handoff, RequestType, Status, TaskKind
 from worker.client import pending_index
 from worker.notifier import LoggingNotifier, Notifier
 from worker.runner import LOG_FORMAT
@@ -255,8 +256,12 @@ def decide(handoff_id: str, outcome: str, by: str, comment: str | None, answer: 
 @click.option("--by", default="cli", help="Who asks for the retry.")
 def retry(handoff_id: str, by: str) -> None:
     """Retry what failed after all its attempts: the delivery, the resume, the update."""
-    retried = _settings().open_store().retry_failed(handoff_id, requested_by=by)
+    store = _settings().open_store()
+    warning = retry_warning(store.get(handoff_id).resume)
+    retried = store.retry_failed(handoff_id, requested_by=by)
     click.echo(f"{', '.join(kind.value for kind in retried)} of {handoff_id} queued again")
+    if warning and TaskKind.RESUME in retried:
+        click.echo(f"warning: {warning}", err=True)
 
 
 @main.group()

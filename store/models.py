@@ -32,10 +32,15 @@ class Status(StrEnum):
     ANSWERED = "answered"
     EXPIRED = "expired"
     CANCELLED = "cancelled"
+    UNDELIVERABLE = "undeliverable"
+    """Slack refused the handoff's message for good (an archived channel, a revoked token...)
+    or every delivery attempt failed: closed, fail-closed, never approved; the Slack error is
+    in ``resume_data.comment``."""
 
 
 # Which outcomes a person (or the agent's own code) may choose for each request type.
-# Expired and cancelled are set by the sweeper and by cancel(), never by decide().
+# Expired, cancelled and undeliverable are set by the sweeper, by cancel() and by a delivery
+# that failed for good, never by decide().
 ALLOWED_OUTCOMES: dict[RequestType, frozenset[Status]] = {
     RequestType.APPROVAL: frozenset({Status.APPROVED, Status.REJECTED}),
     RequestType.QUESTION: frozenset({Status.ANSWERED, Status.REJECTED}),

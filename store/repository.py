@@ -639,6 +639,7 @@ class HandoffStore:
                 channel or "",
                 json.dumps(reviewers) if reviewers is not None else "",
                 json.dumps(self._pending_indexes(moved)),
+                _new_operation_id(),
             ],
         )
         verdict = as_text(result[0])
@@ -694,7 +695,14 @@ class HandoffStore:
         """Append an event (e.g. ``denied``, ``viewed_full``) to the handoff's audit trail."""
         result = self._scripts["RECORD_AUDIT"](
             keys=[self.keys.handoff(handoff_id)],
-            args=[self.keys.prefix, handoff_id, event, actor, json.dumps(detail or {})],
+            args=[
+                self.keys.prefix,
+                handoff_id,
+                event,
+                actor,
+                json.dumps(detail or {}),
+                _new_operation_id(),
+            ],
         )
         if as_text(result[0]) == "missing":
             raise HandoffNotFound(handoff_id)
@@ -710,7 +718,13 @@ class HandoffStore:
         """
         result = self._scripts["BEGIN_TASK"](
             keys=[self.keys.handoff(handoff_id)],
-            args=[self.keys.prefix, handoff_id, kind.value, run_token],
+            args=[
+                self.keys.prefix,
+                handoff_id,
+                kind.value,
+                run_token,
+                int(self.config.retention_seconds * 1000),
+            ],
         )
         action = as_text(result[0])
         if action != "run":
@@ -729,9 +743,18 @@ class HandoffStore:
         attempt: int,
         error: str | None = None,
         message_refs: dict[str, Any] | None = None,
+        permanent: bool = False,
     ) -> str:
-        """Record the end of an attempt; returns ``completed``, ``retrying``, ``failed``
-        or ``stale`` (the attempt no longer holds the lease, so nothing was written)."""
+        """Record the end of an attempt; returns ``completed``, ``retrying``, ``failed``,
+        ``undeliverable`` or ``stale`` (the attempt no longer holds the lease, so nothing
+        was written).
+
+        ``permanent``: the attempt failed in a way no retry can fix (Slack refused the
+        message: an archived channel, a revoked token), so the task fails now instead of
+        after its attempts. A delivery that fails, now or at its last attempt, closes its
+        pending handoff as ``undeliverable`` in the same step (its run resumes with that,
+        ``error`` is the decision's comment), unless work was asked for while the attempt
+        ran (a reassignment): that gets a fresh round of attempts (``retrying``)."""
         extra = {"message_refs": json.dumps(message_refs)} if message_refs is not None else {}
         result = self._scripts["FINISH_TASK"](
             keys=[self.keys.handoff(handoff_id)],
@@ -743,15 +766,23 @@ class HandoffStore:
                 "0" if error is not None else "1",
                 (error or "")[:2000],
                 json.dumps(extra) if extra else "{}",
+                "1" if permanent and error is not None else "0",
+                int(self.config.retention_seconds * 1000),
             ],
         )
         return as_text(result[0])
 
     def retry_task(self, handoff_id: str, kind: TaskKind, *, requested_by: str) -> Handoff:
-        """Queue another round of attempts for a delivery or resume that failed."""
+        """Queue another round of attempts for a delivery or resume that failed.
+
+        The delivery of an ``undeliverable`` handoff is not retried (``NotRetryable``): the
+        handoff is closed and its run resumed with ``undeliverable``, so a new post would
+        show a request nobody can decide any more; the agent asks again instead."""
+        if kind is TaskKind.DELIVER:
+            _refuse_redelivery(self.get(handoff_id))
         result = self._scripts["RETRY_TASK"](
             keys=[self.keys.handoff(handoff_id)],
-            args=[self.keys.prefix, handoff_id, kind.value, requested_by],
+            args=[self.keys.prefix, handoff_id, kind.value, requested_by, _new_operation_id()],
         )
         verdict = as_text(result[0])
         if verdict == "missing":
@@ -774,6 +805,10 @@ class HandoffStore:
             TaskKind.NOTIFY: handoff.notify,
         }
         failed = [kind for kind, task in progress.items() if task.state is TaskState.FAILED]
+        if handoff.status is Status.UNDELIVERABLE and TaskKind.DELIVER in failed:
+            failed.remove(TaskKind.DELIVER)  # closed: a new post could not be decided
+            if not failed:
+                _refuse_redelivery(handoff)
         if not failed:
             raise NotRetryable(
                 f"nothing of handoff {handoff_id} failed (delivery {handoff.delivery.state.value}, "
@@ -792,7 +827,8 @@ class HandoffStore:
         """Take due deliveries and resumes from the outbox, hiding them for a while."""
         result = self._scripts["CLAIM_DUE"](
             keys=[self.keys.outbox],
-            args=[self.keys.prefix, limit, int(visibility_seconds * 1000)],
+            # A resend of this claim (its reply lost) gets the same batch back.
+            args=[self.keys.prefix, limit, int(visibility_seconds * 1000), _new_operation_id()],
         )
         flat = [as_text(v) for v in result]
         due = []
@@ -805,7 +841,12 @@ class HandoffStore:
         """Expire pending handoffs whose deadline passed; returns their ids."""
         result = self._scripts["EXPIRE_DUE"](
             keys=[self.keys.deadlines],
-            args=[self.keys.prefix, limit, int(self.config.retention_seconds * 1000)],
+            args=[
+                self.keys.prefix,
+                limit,
+                int(self.config.retention_seconds * 1000),
+                _new_operation_id(),
+            ],
         )
         expired = [as_text(v) for v in result]
         for handoff_id in expired:
@@ -819,7 +860,13 @@ class HandoffStore:
         return int(
             self._scripts["PURGE_DECIDED"](
                 keys=[self.keys.retention],
-                args=[self.keys.prefix, limit, f"{max(oldest_kept_ms, 0)}-0", 3600 * 1000],
+                args=[
+                    self.keys.prefix,
+                    limit,
+                    f"{max(oldest_kept_ms, 0)}-0",
+                    3600 * 1000,
+                    _new_operation_id(),
+                ],
             )
         )
 
@@ -883,6 +930,12 @@ def _new_decision_id() -> str:
     return os.urandom(16).hex()
 
 
+def _new_operation_id() -> str:
+    """A random id for one script call (64 bits, hex): the same on redis-py's resends of
+    the call, so a resent script answers what its first run did (see ``store.scripts``)."""
+    return os.urandom(8).hex()
+
+
 def _parse_outcome(outcome: Status | str) -> Status:
     try:
         return Status(outcome)
@@ -890,6 +943,19 @@ def _parse_outcome(outcome: Status | str) -> Status:
         raise InvalidDecision(
             f"unknown outcome {outcome!r}; use approved, rejected or answered"
         ) from None
+
+
+def _refuse_redelivery(handoff: Handoff) -> None:
+    """Raise ``NotRetryable`` for the delivery of an ``undeliverable`` handoff."""
+    if handoff.status is not Status.UNDELIVERABLE:
+        return
+    reason = handoff.resume_data.comment if handoff.resume_data else None
+    raise NotRetryable(
+        f"handoff {handoff.id} is undeliverable"
+        + (f" ({reason})" if reason else "")
+        + ": it is closed and its run was resumed with undeliverable, so it is not posted "
+        "again; fix the channel (unarchive it, invite the bot) and have the agent ask again"
+    )
 
 
 def _already_decided(handoff_id: str, result: list[Any]) -> AlreadyDecided:

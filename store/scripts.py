@@ -5,8 +5,12 @@ the shared keys from it. That is safe on Redis Cluster because every key of a na
 carries the same hash tag (see ``store.keys``). KEYS[1] is always the key the script is
 about, so clients and cluster proxies route it correctly.
 
-Every script is idempotent: redis-py may resend a script whose reply was lost, and a
-second run must report what the first did rather than do it again. Times come from the
+Every script is idempotent: redis-py resends a script whose reply was lost (the store's
+clients retry on connection errors, ``store.settings.redis_retry``), and a second run must
+report what the first did rather than do it again. Scripts that a state check cannot tell
+apart from a new call take an operation id (``op``), fresh for each call and the same on
+its resends: a run remembers what it did under ``{ns}:op:<id>`` for a short while
+(``remember``) and a resend finds it there (``replayed``). Times come from the
 server's clock (``TIME``) so that leases and deadlines never depend on client clocks.
 """
 
@@ -64,6 +68,24 @@ local function audit(id, event, actor, at, detail)
                               detail = detail})
   redis.call('RPUSH', P .. 'audit:' .. id, entry)
   redis.call('XADD', P .. 'audit', '*', 'e', entry)
+end
+
+-- A resent call (same operation id) answers what the first run did; see the module text.
+-- Long enough for redis-py's resends and a reconnect, short enough to cost no memory.
+local OP_MEMORY_MS = 120000
+
+local function replayed(op)
+  if op == nil or op == '' then return nil end
+  local saved = redis.call('GET', P .. 'op:' .. op)
+  if saved then return cjson.decode(saved) end
+  return nil
+end
+
+local function remember(op, reply, ttl_ms)
+  if op ~= nil and op ~= '' then
+    redis.call('SET', P .. 'op:' .. op, cjson.encode(reply), 'PX', ttl_ms or OP_MEMORY_MS)
+  end
+  return reply
 end
 
 local function wake()
@@ -235,6 +257,48 @@ local function expire_pending(id, hkey, f, at, retention_ms)
   close_pending(id, hkey, f, 'expired', decision, 'system', 'expired', at, retention_ms, true)
   return decision
 end
+
+-- A delivery that failed for good fails closed as well: a pending handoff is closed
+-- 'undeliverable', decided by nobody, with the error as the decision's comment, and its run
+-- resumes with that. Past its deadline it expires instead. True when it closed the handoff.
+local function close_undeliverable(id, hkey, at, reason, retention_ms)
+  local f = read_fields(hkey, CLOSE_FIELDS)
+  if f.status ~= 'pending' then return false end
+  local expires_at = tonumber(f.expires_at or 0)
+  if expires_at > 0 and at >= expires_at then
+    expire_pending(id, hkey, f, at, retention_ms)
+    return true
+  end
+  local decision = cjson.encode({decision_id = 'undeliverable-' .. id,
+                                 outcome = 'undeliverable', decided_by = 'system',
+                                 via = 'delivery', comment = reason})
+  close_pending(id, hkey, f, 'undeliverable', decision, 'system', 'undeliverable', at,
+                retention_ms, true)
+  return true
+end
+
+-- A task that is out of attempts, or failed for good (``permanent``). Work asked for while
+-- its last attempt ran (``_dirty``: a reassignment, a decision to show) was not done by
+-- that attempt: it gets a fresh round instead of being dropped. Otherwise the task is
+-- failed, and a failed delivery closes its pending handoff 'undeliverable' in the same
+-- step. Returns what became of the task: 'retrying', 'undeliverable' or 'failed'.
+local function give_up(id, hkey, k, at, attempt, err, permanent, retention_ms)
+  local member = k .. ':' .. id
+  redis.call('HSET', hkey, k .. '_state', 'failed', k .. '_error', err, k .. '_lease', 0)
+  if redis.call('HGET', hkey, k .. '_dirty') == '1' then
+    audit(id, EVENTS[k].retry, 'worker', at, {attempt = attempt, error = err, requeued = true})
+    queue_task(hkey, id, k, at)
+    return 'retrying'
+  end
+  redis.call('ZREM', P .. 'outbox', member)
+  redis.call('ZADD', P .. 'failed', at, member)
+  audit(id, EVENTS[k].failed, 'worker', at, {attempt = attempt, error = err,
+                                             permanent = permanent})
+  if k == 'deliver' and retention_ms and close_undeliverable(id, hkey, at, err, retention_ms) then
+    return 'undeliverable'
+  end
+  return 'failed'
+end
 """
 
 # KEYS[1] handoff hash.
@@ -244,11 +308,15 @@ CREATE = (
     PRELUDE
     + """
 local id, hkey, idem = ARGV[2], KEYS[1], ARGV[4]
+local stored = redis.call('HMGET', hkey, 'request', 'created_at', 'expires_at')
+-- The same id with the same request: this call, resent after its reply was lost (ids are
+-- fresh per call). It answers what the first run did: created.
+if stored[1] == ARGV[3] then return {1, id, stored[2], stored[3] or '0'} end
 if idem ~= '' then
   local existing = redis.call('GET', P .. 'idem:' .. idem)
   if existing then return {0, existing} end
 end
-if redis.call('EXISTS', hkey) == 1 then return {0, id} end
+if stored[1] then return {0, id} end
 local now = now_ms()
 local expires_at = 0
 if tonumber(ARGV[5]) > 0 then expires_at = now + tonumber(ARGV[5]) end
@@ -335,7 +403,8 @@ return {'ok'}
 """
 )
 
-# KEYS[1] handoff hash.  ARGV: prefix, id, task kind, run token.
+# KEYS[1] handoff hash.  ARGV: prefix, id, task kind, run token, retention ms (for a
+# delivery out of attempts, which closes its handoff 'undeliverable').
 # Starts an attempt under a lease; the attempt number is the fencing token.
 BEGIN_TASK = (
     PRELUDE
@@ -361,10 +430,9 @@ local attempt = tonumber(f[2] or 0) + 1
 if attempt > tonumber(f[3] or 0) then
   local reason = 'attempt ' .. (f[2] or 0)
     .. ' never finished (worker lost?) and no attempts remain'
-  redis.call('HSET', hkey, k .. '_state', 'failed', k .. '_error', reason, k .. '_lease', 0)
-  redis.call('ZREM', P .. 'outbox', member)
-  redis.call('ZADD', P .. 'failed', now, member)
-  audit(id, EVENTS[k].failed, 'worker', now, {attempt = tonumber(f[2] or 0), error = reason})
+  local outcome = give_up(id, hkey, k, now, tonumber(f[2] or 0), reason, false,
+                          tonumber(ARGV[5]))
+  if outcome == 'retrying' then return {'busy'} end
   return {'failed'}
 end
 local lease = now + timeout_ms(hkey, k) + tonumber(policy(hkey).lease_grace_ms)
@@ -379,7 +447,8 @@ return {'run', attempt, handoff_document(hkey, id)}
 )
 
 # KEYS[1] handoff hash.
-# ARGV: prefix, id, task kind, attempt, succeeded (1/0), error text, extra hash fields json.
+# ARGV: prefix, id, task kind, attempt, succeeded (1/0), error text, extra hash fields json,
+#       failed for good, no use retrying (1/0), retention ms (for a delivery that gives up).
 FINISH_TASK = (
     PRELUDE
     + """
@@ -424,12 +493,10 @@ if ARGV[5] == '1' then
 end
 redis.call('HSET', hkey, k .. '_error', ARGV[6], k .. '_lease', 0)
 redis.call('HINCRBY', hkey, 'version', 1)
-if attempt >= tonumber(f[3]) then
-  redis.call('HSET', hkey, k .. '_state', 'failed')
-  redis.call('ZREM', P .. 'outbox', member)
-  redis.call('ZADD', P .. 'failed', now, member)
-  audit(id, EVENTS[k].failed, 'worker', now, {attempt = attempt, error = ARGV[6]})
-  return {'failed'}
+if attempt >= tonumber(f[3]) or ARGV[8] == '1' then
+  local outcome = give_up(id, hkey, k, now, attempt, ARGV[6], ARGV[8] == '1', tonumber(ARGV[9]))
+  if outcome == 'retrying' then return {'retrying', now} end
+  return {outcome}
 end
 local delay = math.min(tonumber(policy(hkey).backoff_ms) * 2 ^ (attempt - 1),
                        tonumber(policy(hkey).backoff_max_ms))
@@ -441,11 +508,12 @@ return {'retrying', now + delay}
 """
 )
 
-# KEYS[1] handoff hash.  ARGV: prefix, id, task kind, actor.
+# KEYS[1] handoff hash.  ARGV: prefix, id, task kind, actor, operation id.
 RETRY_TASK = (
     PRELUDE
     + """
-local id, hkey, k = ARGV[2], KEYS[1], ARGV[3]
+local id, hkey, k, op = ARGV[2], KEYS[1], ARGV[3], ARGV[5]
+if replayed(op) then return {'ok'} end
 if redis.call('EXISTS', hkey) == 0 then return {'missing'} end
 local f = redis.call('HMGET', hkey, k .. '_state', k .. '_attempt')
 if f[1] ~= 'failed' then return {'not_failed', f[1] or 'none'} end
@@ -454,15 +522,18 @@ queue_task(hkey, id, k, now)
 redis.call('HINCRBY', hkey, 'version', 1)
 redis.call('ZREM', P .. 'failed', k .. ':' .. id)
 audit(id, EVENTS[k].retry_requested, ARGV[4], now, {after_attempt = tonumber(f[2])})
-return {'ok'}
+return remember(op, {'ok'})
 """
 )
 
-# KEYS[1] outbox.  ARGV: prefix, most to take, visibility timeout ms.
+# KEYS[1] outbox.  ARGV: prefix, most to take, visibility timeout ms, claim id.
 # Returns kind:id members with their job timeout, and hides them for the visibility timeout.
+# A resent claim (same claim id) gets the same batch back, so a lost reply hides nothing.
 CLAIM_DUE = (
     PRELUDE
     + """
+local saved = replayed(ARGV[4])
+if saved then return saved end
 local now = now_ms()
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
 local out = {}
@@ -479,14 +550,17 @@ for _, member in ipairs(due) do
     redis.call('ZREM', KEYS[1], member)
   end
 end
+if #out > 0 then remember(ARGV[4], out, tonumber(ARGV[3])) end
 return out
 """
 )
 
-# KEYS[1] deadlines.  ARGV: prefix, most to expire, retention ms.
+# KEYS[1] deadlines.  ARGV: prefix, most to expire, retention ms, operation id.
 EXPIRE_DUE = (
     PRELUDE
     + """
+local saved = replayed(ARGV[4])
+if saved then return saved end
 local now = now_ms()
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
 local expired = {}
@@ -501,14 +575,18 @@ for _, id in ipairs(due) do
     end
   end
 end
+if #expired > 0 then remember(ARGV[4], expired) end
 return expired
 """
 )
 
-# KEYS[1] retention.  ARGV: prefix, most to purge, oldest audit stream id to keep, recheck ms.
+# KEYS[1] retention.
+# ARGV: prefix, most to purge, oldest audit stream id to keep, recheck ms, operation id.
 PURGE_DECIDED = (
     PRELUDE
     + """
+local saved = replayed(ARGV[5])
+if saved then return saved[1] end
 local now = now_ms()
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
 local purged = 0
@@ -548,27 +626,30 @@ for _, id in ipairs(due) do
   end
 end
 redis.call('XTRIM', P .. 'audit', 'MINID', ARGV[3])
+if purged > 0 then remember(ARGV[5], {purged}) end
 return purged
 """
 )
 
-# KEYS[1] handoff hash.  ARGV: prefix, id, event, actor, detail json.
+# KEYS[1] handoff hash.  ARGV: prefix, id, event, actor, detail json, operation id.
 RECORD_AUDIT = (
     PRELUDE
     + """
+if replayed(ARGV[6]) then return {'ok'} end
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'missing'} end
 audit(ARGV[2], ARGV[3], ARGV[4], now_ms(), cjson.decode(ARGV[5]))
-return {'ok'}
+return remember(ARGV[6], {'ok'})
 """
 )
 
 # KEYS[1] handoff hash.
 # ARGV: prefix, id, actor, channel override or '', reviewers override json or '',
-#       new index keys json.
+#       new index keys json, operation id.
 REASSIGN = (
     PRELUDE
     + """
 local id, hkey = ARGV[2], KEYS[1]
+if replayed(ARGV[7]) then return {'ok', handoff_document(hkey, id)} end
 if redis.call('EXISTS', hkey) == 0 then return {'missing'} end
 local h = redis.call('HMGET', hkey, 'status', 'decision', 'decided_at')
 if h[1] ~= 'pending' then return {'already', h[1], h[2] or '', h[3] or ''} end
@@ -584,6 +665,7 @@ redis.call('HINCRBY', hkey, 'version', 1)
 -- A fresh delivery posts to the new place and points the old message there.
 queue_task(hkey, id, 'deliver', now)
 audit(id, 'reassigned', ARGV[3], now, {channel = ARGV[4], reviewers = ARGV[5]})
+remember(ARGV[7], {'ok'})
 return {'ok', handoff_document(hkey, id)}
 """
 )

@@ -14,7 +14,9 @@ from urllib.parse import urlsplit
 from pydantic import AliasChoices, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from redis import Redis
+from redis.backoff import EqualJitterBackoff
 from redis.connection import ConnectionPool, parse_url
+from redis.retry import Retry
 
 from store import defaults, slack_ids
 from store.exceptions import ConfigurationError
@@ -25,6 +27,38 @@ REDIS_URL_FORMS = (
     "redis://[:password@]host[:port][/db], rediss://... (TLS) or unix:///path/to/redis.sock"
 )
 """The URLs redis-py accepts, as the error for a bad ``REDIS_URL`` names them."""
+
+REDIS_RETRIES = 3
+"""Resends of a command whose connection failed (``redis_retry``)."""
+
+REDIS_RETRY_BASE_SECONDS = 0.05
+REDIS_RETRY_CAP_SECONDS = 0.4
+"""Backoff between resends: equal jitter, doubling up to the cap (the three resends wait
+0.35 to 0.7 s in all), well inside the 3 s Slack waits for an answer."""
+
+
+def redis_retry() -> Retry:
+    """The retry of the store's clients: a command whose connection failed
+    (``ConnectionError``, ``TimeoutError``: a reset, a reply lost on the way) is sent again
+    on a new connection, a few times with a short backoff, before the error is raised.
+
+    redis-py resends the whole command, so a script whose first run committed runs twice:
+    every store script is idempotent for that (``store.scripts``), answering the resend
+    with what the first run did. So a decision whose reply was lost is reported as made,
+    not as "nothing was recorded".
+    """
+    return Retry(
+        EqualJitterBackoff(base=REDIS_RETRY_BASE_SECONDS, cap=REDIS_RETRY_CAP_SECONDS),
+        REDIS_RETRIES,
+    )
+
+
+def connect(url: str, **options: Any) -> Redis:
+    """A client for ``url`` that resends a command whose connection failed
+    (``redis_retry``, unless ``options`` give a ``retry`` of their own); ``options`` are
+    those of ``Redis.from_url``. Connects on first use."""
+    options.setdefault("retry", redis_retry())
+    return Redis.from_url(url, **options)
 
 
 class StoreSettings(BaseSettings):
@@ -190,9 +224,10 @@ class StoreSettings(BaseSettings):
         return self.redis_url
 
     def open_redis(self, **options: Any) -> Redis:
-        """A client for ``REDIS_URL``; ``options`` are those of ``Redis.from_url``
-        (timeouts, retries). Connects on first use."""
-        return Redis.from_url(self.require_redis_url(), **options)
+        """A client for ``REDIS_URL`` that resends a command whose connection failed
+        (``connect``); ``options`` are those of ``Redis.from_url`` (timeouts, retries).
+        Connects on first use."""
+        return connect(self.require_redis_url(), **options)
 
     def open_store(self, *, redis: Redis | None = None) -> HandoffStore:
         """The store these settings describe, on ``redis`` (default: a new client for

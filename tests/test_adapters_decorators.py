@@ -20,7 +20,7 @@ from langchain_core.tools import tool as langchain_tool
 from pydantic import TypeAdapter
 from redis import Redis
 
-from store.models import Handoff, Status, TaskState
+from store.models import Handoff, Status, TaskKind, TaskState
 from tests.conftest import ROOT, WorkerProcesses, wait_until
 from tests.support import adapter_tools
 from tests.support.loop_ticks import LoopTicks
@@ -422,3 +422,30 @@ def test_question_tool_has_the_signature_a_framework_needs(handoffs: Handoffs) -
 
     Reviewer(handoffs, "answered", answer="Visa")
     assert as_langchain.invoke({"question": "Which card?"}) == "Visa"
+
+
+def test_an_undeliverable_approval_is_a_refusal_that_says_why(
+    handoffs: Handoffs, calls: list
+) -> None:
+    issue_refund = _refund_tool(handoffs, calls)
+
+    def slack_refuses() -> None:
+        pending = wait_until(lambda: handoffs.list_pending().items)
+        store = handoffs.store
+        start = store.begin_task(pending[0].id, TaskKind.DELIVER, run_token="job-1")
+        store.finish_task(
+            pending[0].id,
+            TaskKind.DELIVER,
+            attempt=start.attempt,
+            error="Slack refused the message to C0X: is_archived (the channel is archived)",
+            permanent=True,
+        )
+
+    refuser = threading.Thread(target=slack_refuses, daemon=True)
+    refuser.start()
+    with pytest.raises(ApprovalRejected, match=r"could not be delivered.*is_archived") as raised:
+        issue_refund("A-1", 30)
+    refuser.join(timeout=10)
+
+    assert raised.value.handoff.status is Status.UNDELIVERABLE
+    assert calls == []

@@ -16,7 +16,7 @@ from langgraph.types import Command, Interrupt
 from redis import Redis
 
 from store.exceptions import AlreadyDecided
-from store.models import Handoff, RequestType, Status, TaskState
+from store.models import Handoff, RequestType, Status, TaskKind, TaskState
 from tests.conftest import WorkerProcesses, wait_until
 from tests.support import adapter_graphs as graphs
 from tests.support.adapter_runs import adapter_env, make_adapter, recorded
@@ -401,3 +401,21 @@ def test_decisions_of_every_status_give_non_none_resume_values(
     values = adapter.graph.get_state({"configurable": {"thread_id": "t-c"}}).values
     assert values["decision"]["type"] == "reject"
     assert values["decision"]["message"] == "The request was cancelled: customer withdrew"
+
+
+def test_an_undeliverable_interrupt_reaches_the_graph_as_a_reject_decision(
+    redis: Redis, handoffs: Handoffs, graph_env: dict
+) -> None:
+    adapter = _adapter(handoffs, "build_refund_graph")
+    [pending] = adapter.start({"request": {"order_id": "C-3"}}, thread_id="t-u").handoffs
+    start = handoffs.store.begin_task(pending.id, TaskKind.DELIVER, run_token="job-1")
+    handoffs.store.finish_task(
+        pending.id, TaskKind.DELIVER, attempt=start.attempt, error="not_in_channel", permanent=True
+    )
+
+    resume_thread(handoffs.get(pending.id), handoffs=handoffs)
+
+    state = adapter.graph.get_state({"configurable": {"thread_id": "t-u"}}).values
+    assert state["decision"]["outcome"] == "undeliverable"
+    assert state["steps"][-1].startswith("not refunded: The request could not be delivered")
+    assert graphs.tool_runs(redis) == []

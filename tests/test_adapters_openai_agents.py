@@ -14,7 +14,7 @@ from agents import Runner
 from redis import Redis
 
 from store.exceptions import AlreadyDecided
-from store.models import RequestType, TaskState
+from store.models import RequestType, Status, TaskKind, TaskState
 from tests.conftest import WorkerProcesses, wait_until
 from tests.support import adapter_agents as agents
 from tests.support.adapter_runs import adapter_env, make_adapter, recorded
@@ -218,3 +218,22 @@ def test_approval_tool_outside_the_adapter_behaves_like_an_sdk_approval_tool(
 
     assert asyncio.run(run()) == "refunded 30 USD on A-1 | no"
     assert agents.tool_runs(redis) == [{"tool": "refund", "args": ["A-1", 30]}]
+
+
+def test_an_undeliverable_approval_reaches_the_model_as_a_refusal(
+    redis: Redis, handoffs: Handoffs, agent_env: dict
+) -> None:
+    adapter = _adapter(handoffs, "build_plain_agent")
+    [approval] = adapter.run_sync("Refund A-1", run_id="run-undeliverable").handoffs
+    start = handoffs.store.begin_task(approval.id, TaskKind.DELIVER, run_token="job-1")
+    handoffs.store.finish_task(
+        approval.id, TaskKind.DELIVER, attempt=start.attempt, error="is_archived", permanent=True
+    )
+    assert handoffs.get(approval.id).status is Status.UNDELIVERABLE
+
+    asyncio.run(resume_run(handoffs.get(approval.id), handoffs=handoffs))
+
+    output = adapter.final_output("run-undeliverable")
+    assert output.startswith("Not run. The request could not be delivered")
+    assert "is_archived" in output
+    assert agents.tool_runs(redis) == []

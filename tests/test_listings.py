@@ -225,3 +225,19 @@ def test_by_default_unassigned_handoffs_are_only_in_admins_queues(
     assert _ids(_walk(listings, MINE, BOB, limit=10)) == [bobs]
     assert _ids(_walk(listings, MINE, ALICE, limit=10)) == []
     assert _ids(_walk(listings, MINE, ADMIN, limit=10)) == [unassigned, bobs]
+
+
+def test_unassigned_index_drops_closed_handoffs_nobody_pages_to(
+    redis: Redis, handoffs: Handoffs, listings: Listings
+) -> None:
+    index = listings.unassigned
+    decided, cancelled, expired, kept = (_create(handoffs) for _ in range(4))
+    index.refresh()
+    assert redis.zcard(index.key) == 4
+
+    handoffs.decide(decided, "approved", by=ALICE)
+    handoffs.store.cancel(cancelled, cancelled_by=ADMIN)
+    handoffs.store.expire_now(expired, expired_by=ADMIN)
+    index.refresh()  # no listing read: only the audit stream's events
+
+    assert [i.decode() for i in redis.zrange(index.key, 0, -1)] == [kept]

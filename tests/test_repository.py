@@ -951,6 +951,8 @@ def test_retry_failed_requeues_whatever_failed_delivery_included(
     redis: Redis, store: HandoffStore, fast_tasks: TaskPolicy
 ) -> None:
     handoff = store.create(make_request(), handoff_id=new_handoff_id(), tasks=fast_tasks).handoff
+    # Decided before it was shown (through the API): a failed delivery leaves it decided.
+    store.decide(handoff.id, Status.APPROVED, decided_by="U1")
     for attempt in range(1, fast_tasks.delivery_max_attempts + 1):
         store.begin_task(handoff.id, TaskKind.DELIVER, run_token=f"job-{attempt}")
         store.finish_task(handoff.id, TaskKind.DELIVER, attempt=attempt, error="slack down")
@@ -965,6 +967,139 @@ def test_retry_failed_requeues_whatever_failed_delivery_included(
     with pytest.raises(NotRetryable, match="nothing of handoff"):
         store.retry_failed(handoff.id, requested_by="U5")
     assert snapshot(redis) == before
+
+
+def fail_delivery(
+    store: HandoffStore, handoff_id: str, *, attempt: int, error: str, permanent: bool = False
+) -> str:
+    start = store.begin_task(handoff_id, TaskKind.DELIVER, run_token=f"job-{attempt}")
+    assert (start.action, start.attempt) == ("run", attempt)
+    return store.finish_task(
+        handoff_id, TaskKind.DELIVER, attempt=attempt, error=error, permanent=permanent
+    )
+
+
+def test_a_permanent_delivery_failure_closes_the_handoff_undeliverable_at_once(
+    redis: Redis, store: HandoffStore
+) -> None:
+    handoff = create(store)
+    reason = "Slack refused the message to C0APPROVALS: is_archived (the channel is archived)"
+
+    verdict = fail_delivery(store, handoff.id, attempt=1, error=reason, permanent=True)
+
+    assert verdict == "undeliverable"
+    closed = store.get(handoff.id)
+    assert closed.status is Status.UNDELIVERABLE
+    assert closed.resume_data is not None
+    assert (closed.resume_data.outcome, closed.resume_data.decided_by) == (
+        Status.UNDELIVERABLE,
+        "system",
+    )
+    assert closed.resume_data.comment == reason
+    assert closed.delivery.state is TaskState.FAILED
+    assert closed.delivery.attempt == 1  # not retried: no attempt could have helped
+    assert closed.resume.state is TaskState.QUEUED  # the run is told, like any decision
+    assert f"resume:{handoff.id}" in outbox(redis, store)
+    assert f"deliver:{handoff.id}" not in outbox(redis, store)
+    assert events(store, handoff.id)[-2:] == ["delivery_failed", "undeliverable"]
+    assert store.count_pending() == 0
+    with pytest.raises(AlreadyDecided):
+        store.decide(handoff.id, Status.APPROVED, decided_by="U1")
+    with pytest.raises(AlreadyDecided):
+        store.reassign(handoff.id, by="U9", channel="C0OTHER")
+
+
+def test_the_last_failed_delivery_attempt_closes_the_handoff_undeliverable(
+    store: HandoffStore, fast_tasks: TaskPolicy
+) -> None:
+    handoff = create(store)
+    verdicts = [
+        fail_delivery(store, handoff.id, attempt=attempt, error=f"SlackApiError: down {attempt}")
+        for attempt in range(1, fast_tasks.delivery_max_attempts + 1)
+    ]
+
+    assert verdicts == ["retrying"] * (fast_tasks.delivery_max_attempts - 1) + ["undeliverable"]
+    closed = store.get(handoff.id)
+    assert closed.status is Status.UNDELIVERABLE
+    assert closed.resume_data.comment == f"SlackApiError: down {fast_tasks.delivery_max_attempts}"
+
+
+def test_a_delivery_lost_with_no_attempts_left_closes_the_handoff_undeliverable(
+    store: HandoffStore,
+) -> None:
+    quick = TaskPolicy(
+        delivery_max_attempts=1, delivery_timeout_seconds=0.05, lease_grace_seconds=0.01
+    )
+    handoff = store.create(make_request(), handoff_id=new_handoff_id(), tasks=quick).handoff
+    assert store.begin_task(handoff.id, TaskKind.DELIVER, run_token="job-1").action == "run"
+    time.sleep(0.1)  # the worker died: its lease lapses
+
+    assert store.begin_task(handoff.id, TaskKind.DELIVER, run_token="job-2").action == "failed"
+    assert store.get(handoff.id).status is Status.UNDELIVERABLE
+
+
+def test_a_failed_delivery_of_a_decided_handoff_leaves_its_decision(store: HandoffStore) -> None:
+    handoff = create(store)
+    store.decide(handoff.id, Status.REJECTED, decided_by="U1")
+
+    verdict = fail_delivery(store, handoff.id, attempt=1, error="is_archived", permanent=True)
+
+    assert verdict == "failed"
+    assert store.get(handoff.id).status is Status.REJECTED
+
+
+def test_an_undeliverable_handoff_is_not_posted_again_by_a_retry(
+    redis: Redis, store: HandoffStore
+) -> None:
+    handoff = create(store)
+    fail_delivery(store, handoff.id, attempt=1, error="not_in_channel", permanent=True)
+    before = snapshot(redis)
+
+    with pytest.raises(NotRetryable, match=r"undeliverable.*ask again"):
+        store.retry_failed(handoff.id, requested_by="U5")
+    with pytest.raises(NotRetryable, match="undeliverable"):
+        store.retry_task(handoff.id, TaskKind.DELIVER, requested_by="U5")
+    assert snapshot(redis) == before
+
+
+def test_work_asked_for_during_the_last_delivery_attempt_gets_a_fresh_round(
+    redis: Redis, store: HandoffStore
+) -> None:
+    one = TaskPolicy(delivery_max_attempts=1)
+    handoff = store.create(make_request(), handoff_id=new_handoff_id(), tasks=one).handoff
+    assert store.begin_task(handoff.id, TaskKind.DELIVER, run_token="job-1").action == "run"
+    # An admin moves it elsewhere while its last attempt fails to post to the old channel.
+    store.reassign(handoff.id, by="U9", channel="C0OTHER")
+
+    verdict = store.finish_task(handoff.id, TaskKind.DELIVER, attempt=1, error="is_archived")
+
+    assert verdict == "retrying"
+    moved = store.get(handoff.id)
+    assert moved.status is Status.PENDING
+    assert moved.delivery.state is TaskState.QUEUED
+    assert f"deliver:{handoff.id}" in outbox(redis, store)
+    assert store.failed_tasks() == []
+    start = store.begin_task(handoff.id, TaskKind.DELIVER, run_token="job-2")
+    assert (start.action, start.attempt) == ("run", 2)
+    assert start.handoff is not None and start.handoff.channel == "C0OTHER"
+
+
+def test_a_message_update_asked_for_during_its_last_attempt_is_not_dropped(
+    redis: Redis, store: HandoffStore
+) -> None:
+    one = TaskPolicy(delivery_max_attempts=1)
+    handoff = store.create(
+        make_request(RequestType.ESCALATION), handoff_id=new_handoff_id(), tasks=one
+    ).handoff
+    store.claim(handoff.id, claimed_by="U1")  # queues a message update
+    assert store.begin_task(handoff.id, TaskKind.NOTIFY, run_token="job-1").action == "run"
+    store.decide(handoff.id, Status.ANSWERED, decided_by="U1", answer="done")  # marks it dirty
+
+    verdict = store.finish_task(handoff.id, TaskKind.NOTIFY, attempt=1, error="slack down")
+
+    assert verdict == "retrying"
+    assert store.get(handoff.id).notify.state is TaskState.QUEUED
+    assert f"notify:{handoff.id}" in outbox(redis, store)
 
 
 def test_only_a_failed_task_can_be_retried(redis: Redis, store: HandoffStore) -> None:

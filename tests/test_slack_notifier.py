@@ -7,12 +7,14 @@ import json
 from collections.abc import Iterator
 
 import pytest
+from slack_sdk.errors import SlackApiError
 
 from bot.delivery.slack_notifier import DUPLICATE_EVENT_TYPE, METADATA_EVENT_TYPE, SlackNotifier
 from bot.standin import Message, SlackStandIn
 from store.models import Handoff
 from tests.support.impatient_slack import LATE, impatient_client, running_standin, settling_poster
 from worker.client import Handoffs
+from worker.notifier import Undeliverable
 
 CHANNEL = "C0APPROVALS"
 
@@ -95,3 +97,49 @@ def test_the_decision_record_is_posted_once_when_its_answer_is_lost(
     [record] = slack.thread(CHANNEL, refs["ts"])
     assert new_refs is not None and new_refs["record_ts"] == record.ts
     assert not _has_buttons(slack.message(CHANNEL, refs["ts"]))
+
+
+@pytest.mark.parametrize("error", ["is_archived", "not_in_channel", "channel_not_found"])
+def test_a_post_slack_refuses_for_good_is_undeliverable(
+    slack: SlackStandIn, notifier: SlackNotifier, handoffs: Handoffs, error: str
+) -> None:
+    handoff = _approval(handoffs)
+    slack.fail_next("chat.postMessage", error=error)
+
+    with pytest.raises(Undeliverable, match=f"{CHANNEL}: {error}") as refused:
+        notifier.deliver(handoffs.get(handoff.id))
+
+    assert refused.value.code == error
+    assert len(slack.calls("chat.postMessage")) == 1
+
+
+def test_a_transient_slack_error_is_raised_to_be_retried(
+    slack: SlackStandIn, notifier: SlackNotifier, handoffs: Handoffs
+) -> None:
+    handoff = _approval(handoffs)
+    slack.fail_next("chat.postMessage", error="internal_error")
+
+    with pytest.raises(SlackApiError) as failed:
+        notifier.deliver(handoffs.get(handoff.id))
+
+    assert not isinstance(failed.value, Undeliverable)
+
+
+def test_a_reassignment_whose_old_message_was_deleted_still_returns_the_new_one(
+    slack: SlackStandIn, notifier: SlackNotifier, handoffs: Handoffs
+) -> None:
+    handoff = _approval(handoffs)
+    first = notifier.deliver(handoffs.get(handoff.id))
+    handoffs.store.link_message(handoff.id, first["channel"], first["ts"])
+    handoffs.store.redis.hset(
+        handoffs.store.keys.handoff(handoff.id), "message_refs", json.dumps(first)
+    )
+    notifier.client.chat_delete(channel=CHANNEL, ts=first["ts"])
+    moved = handoffs.store.reassign(handoff.id, by="U0ADMIN", channel="C0OTHER")
+
+    refs = notifier.deliver(moved)
+    assert refs["channel"] == "C0OTHER"
+    assert refs["copies"] == [{"channel": CHANNEL, "ts": first["ts"], "moved_to": "C0OTHER"}]
+    # Later updates skip the message that is gone too.
+    with_refs = handoffs.get(handoff.id).model_copy(update={"message_refs": refs})
+    notifier.update(with_refs)

@@ -4,6 +4,7 @@ crashes, retries and expiry."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import signal
@@ -140,8 +141,9 @@ def test_worker_killed_mid_resume_is_retried_and_completes_once(
         os.kill(started["pid"], signal.SIGKILL)
     assert redis.llen(resume_targets.COMPLETED) == 0
     assert handoffs.get(handoff_id).resume.state is TaskState.RUNNING
-    forked = started["pid"] != first.pid
-    assert forked == (mode == "--fork")
+    # The target runs in a process of its own (a child of the work horse with --fork),
+    # which dies with the worker.
+    assert started["pid"] != first.pid
 
     workers.start(args=[mode])
     wait_until(lambda: handoffs.get(handoff_id).resume.state is TaskState.COMPLETED, timeout=30)
@@ -151,6 +153,43 @@ def test_worker_killed_mid_resume_is_retried_and_completes_once(
     assert [entry["attempt"] for entry in started] == [1, 2]
     assert [entry["attempt"] for entry in completed] == [2]
     assert handoffs.get(handoff_id).resume.attempt == 2
+
+
+@pytest.mark.parametrize("mode", ["--no-fork", "--fork"])
+def test_attempt_that_swallows_its_timeout_is_stopped_before_the_next_starts(
+    redis: Redis, workers: WorkerProcesses, mode: str
+) -> None:
+    # RQ's timeout reaches the target as an ordinary Exception; this target swallows it and
+    # works on. Two workers, so that one is free to start the next attempt as soon as the
+    # dispatcher finds the lease lapsed.
+    policy = TaskPolicy(
+        resume_max_attempts=3,
+        resume_timeout_seconds=1,
+        backoff_seconds=0.1,
+        lease_grace_seconds=0.5,
+    )
+    handoffs = Handoffs(redis, tasks=policy)
+    workers.start(args=[mode])
+    workers.start(args=[mode])
+    handoff_id = _approval(handoffs, "tests.support.resume_targets:swallow_the_timeout")
+    handoffs.decide(handoff_id, "approved", by="U_ALICE")
+
+    wait_until(lambda: handoffs.get(handoff_id).resume.state is TaskState.FAILED, timeout=30)
+    time.sleep(1.0)  # a target still running would go on ticking meanwhile
+    started = _entries(redis, resume_targets.STARTED)
+    ticks = _entries(redis, resume_targets.TICKS)
+    assert [entry["attempt"] for entry in started] == [1, 2, 3]
+    for earlier, later in itertools.pairwise(started):
+        last_tick = max(t["at"] for t in ticks if t["attempt"] == earlier["attempt"])
+        assert last_tick < later["at"], (
+            f"attempt {earlier['attempt']} was still running "
+            f"{last_tick - later['at']:.2f} s after attempt {later['attempt']} started"
+        )
+    assert max(t["at"] for t in ticks) < time.time() - 0.5  # the last one was stopped too
+    # Killed at its timeout, never allowed to finish its 4 s of work.
+    assert _entries(redis, resume_targets.COMPLETED) == []
+    failed = handoffs.get(handoff_id)
+    assert "did not return within 1 s; its process was killed" in (failed.resume.last_error or "")
 
 
 def test_failing_target_is_retried_then_marked_failed_and_can_be_retried(

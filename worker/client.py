@@ -27,7 +27,7 @@ from store.models import (
     TaskKind,
 )
 from store.repository import HandoffStore, StoreConfig, TaskPolicy
-from store.settings import StoreSettings
+from store.settings import StoreSettings, connect
 from worker.resume_targets import resolve_target
 
 # While waiting, re-read the handoff this often in case a pub/sub message was missed
@@ -156,8 +156,10 @@ class Handoffs:
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> Handoffs:
-        """Connect to Redis at ``url``; ``options`` are those of the constructor."""
-        return cls(Redis.from_url(url), **options)
+        """Connect to Redis at ``url``; ``options`` are those of the constructor. The client
+        resends a command whose connection failed (``store.settings.connect``), so a create
+        or a decision whose reply was lost returns what it did."""
+        return cls(connect(url), **options)
 
     @classmethod
     def from_env(cls, **options: Any) -> Handoffs:

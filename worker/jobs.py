@@ -9,6 +9,7 @@ resume is never repeated and two attempts never run at once.
 
 from __future__ import annotations
 
+import json
 import logging
 import traceback
 import uuid
@@ -17,10 +18,13 @@ from typing import Any
 
 from redis import Redis
 from rq import get_current_job
+from rq.timeouts import JobTimeoutException
 
+from store import defaults
 from store.models import Handoff, TaskKind
 from store.repository import HandoffStore, StoreConfig
-from worker.notifier import LoggingNotifier, Notifier
+from worker.killable import AttemptFailed, AttemptTimedOut, KillableProcess
+from worker.notifier import LoggingNotifier, Notifier, Undeliverable
 from worker.resume_targets import call_target, resolve_target
 
 logger = logging.getLogger(__name__)
@@ -50,10 +54,37 @@ def run_resume(namespace: str, handoff_id: str) -> str:
     """RQ job: call the handoff's resume target with the decided handoff."""
 
     def resume(store: HandoffStore, handoff: Handoff, attempt: int) -> dict[str, Any] | None:
-        call_target(resolve_target(handoff.resume_target or ""), handoff, attempt=attempt)
+        path = handoff.resume_target or ""
+        resolve_target(path)  # an unusable target fails here, with the reason
+        # In the worker's resume process, killed at the job's timeout (which ends before
+        # the lease lapses): a target that swallows RQ's timeout never runs next to the
+        # next attempt.
+        timeout = _job_timeout()
+        request = {"target": path, "attempt": attempt, "handoff": handoff.model_dump(mode="json")}
+        try:
+            _resume_process.run(json.dumps(request).encode(), timeout=timeout)
+        except AttemptFailed as failed:
+            if failed.details:
+                logger.debug("resume target raised in its process:\n%s", failed.details)
+            raise
+        except JobTimeoutException as exc:  # RQ's alarm, a moment before our own deadline
+            raise AttemptTimedOut(
+                f"the resume target did not return within {timeout:g} s; its process was killed"
+            ) from exc
         return None
 
     return _run_task(namespace, handoff_id, TaskKind.RESUME, resume)
+
+
+def _call_resume_target(payload: bytes) -> None:
+    """In the resume process: call the target a ``run_resume`` job sent."""
+    request = json.loads(payload)
+    handoff = Handoff.model_validate(request["handoff"])
+    call_target(resolve_target(request["target"]), handoff, attempt=request["attempt"])
+
+
+_resume_process = KillableProcess(_call_resume_target)
+"""The process this worker (or work horse) runs its resume targets in."""
 
 
 def run_notify(namespace: str, handoff_id: str) -> str:
@@ -102,14 +133,24 @@ def _run_task(
     try:
         refs = work(store, start.handoff, start.attempt)
     except Exception as exc:
-        error = f"{type(exc).__name__}: {exc}"
+        # Undeliverable: no retry can help (Slack refused the message for good).
+        permanent = isinstance(exc, Undeliverable)
+        error = str(exc) if permanent else f"{type(exc).__name__}: {exc}"
         logger.warning("%s attempt failed: %s", kind.value, error, extra=context)
         logger.debug("%s", traceback.format_exc())
-        outcome = store.finish_task(handoff_id, kind, attempt=start.attempt, error=error)
+        outcome = store.finish_task(
+            handoff_id, kind, attempt=start.attempt, error=error, permanent=permanent
+        )
     else:
         outcome = store.finish_task(handoff_id, kind, attempt=start.attempt, message_refs=refs)
         logger.info("%s %s", kind.value, outcome, extra=context)
     return outcome
+
+
+def _job_timeout() -> float:
+    job = get_current_job()
+    timeout = job.timeout if job is not None else None
+    return float(timeout) if timeout and timeout > 0 else float(defaults.RESUME_TIMEOUT_SECONDS)
 
 
 def _connection() -> Redis:

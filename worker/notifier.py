@@ -5,9 +5,26 @@ from __future__ import annotations
 import logging
 from typing import Any, Protocol
 
+from store.exceptions import HandoffError
 from store.models import Handoff
 
 logger = logging.getLogger(__name__)
+
+
+class Undeliverable(HandoffError):
+    """The handoff cannot be shown where it was sent, and retrying will not change that (an
+    archived channel, a bot not in it, a revoked token, a message Slack refuses).
+
+    Raised by ``Notifier.deliver``: the delivery fails at once rather than after its attempts,
+    and the handoff is closed ``undeliverable`` with this message as the decision's comment,
+    so the agent's run is told. Example: ``Undeliverable("Slack refused the message to
+    C0APPROVALS: is_archived")``.
+    """
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        """The error code of what refused it (Slack's ``error``), when there is one."""
 
 
 class Notifier(Protocol):
@@ -16,7 +33,9 @@ class Notifier(Protocol):
     ``deliver`` is called in a worker, possibly more than once for the same handoff when an
     earlier attempt's outcome was lost; it returns references to what it posted (for
     example a Slack channel and message ts), stored on the handoff as ``message_refs``.
-    Raise to have the delivery retried with backoff.
+    Raise to have the delivery retried with backoff; raise ``Undeliverable`` when no retry
+    can help (the handoff is then closed ``undeliverable`` at once). A delivery whose last
+    attempt fails closes the handoff ``undeliverable`` too.
     """
 
     def deliver(self, handoff: Handoff, *, attempt: int = 1) -> dict[str, Any]:

@@ -166,7 +166,9 @@ def run_worker(
     and resumes are short, the agent's modules stay imported between jobs, and a worker
     that dies mid-job is covered by the task leases, not by process isolation. With
     ``fork``, each job runs in a forked work horse (RQ's ``Worker``), for resume targets
-    that leak memory or may crash the interpreter.
+    that leak memory or may crash the interpreter. In both, resume targets are called in a
+    process of the worker's own (``worker.killable``), killed at the job's timeout, so that
+    a target that swallows RQ's timeout exception never outlives its lease.
 
     With ``with_dispatcher``, a dispatcher runs beside it in a separate process, forked
     before the worker starts any thread (so both stay safe to fork, and the dispatcher

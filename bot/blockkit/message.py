@@ -65,6 +65,7 @@ _OUTCOME_ICONS = {
     Status.ANSWERED: ":speech_balloon:",
     Status.EXPIRED: ":hourglass:",
     Status.CANCELLED: ":wastebasket:",
+    Status.UNDELIVERABLE: ":warning:",
 }
 
 
@@ -123,9 +124,15 @@ def outcome_text(handoff: Handoff) -> str:
         else "Answered",
         Status.EXPIRED: "Expired",
         Status.CANCELLED: "Cancelled",
+        Status.UNDELIVERABLE: "Undeliverable",
     }[handoff.status]
     if handoff.status is Status.EXPIRED:
         lines = [f"{icon} *Expired* {when} with no decision; the agent was told it expired."]
+    elif handoff.status is Status.UNDELIVERABLE:
+        lines = [
+            f"{icon} *Undeliverable* {when}: Slack refused its message, so nobody could "
+            "decide it; the agent was told it was undeliverable."
+        ]
     else:
         lines = [f"{icon} *{verb}* by {who} {when}".rstrip()]
     if decision.comment:
@@ -194,6 +201,11 @@ def already_decided_text(handoff: Handoff, *, now: datetime | None = None) -> st
     when = ago(handoff.decided_at, now)
     if handoff.status is Status.EXPIRED:
         return f"This request expired {when}; nothing was changed."
+    if handoff.status is Status.UNDELIVERABLE:
+        return (
+            f"This request could not be delivered and was closed {when}; nothing was changed. "
+            "Its agent was told it was undeliverable, and must ask again."
+        )
     return f"Already {handoff.status.value} by {mention(decision.decided_by)} {when}."
 
 

@@ -43,7 +43,7 @@ from bot.mrkdwn import (
 )
 from bot.queries.listings import ListFilter, Listing, ListKind
 from bot.queries.stats import Stats
-from store.models import AuditEvent, Handoff
+from store.models import AuditEvent, Handoff, TaskState
 
 AUDIT_SHOWN = 60
 """Most audit events ``show`` lists (the latest ones)."""
@@ -103,7 +103,8 @@ def render_help(command: str, *, problem: str | None = None) -> RenderedMessage:
         f"• `{command} reassign <id> <#channel|@user|@group>`: post it there instead; the "
         "old message points to the new one",
         f"• `{command} retry <id>`: retry a delivery, resume or message update that failed "
-        "after its retries",
+        "after its retries (an _undeliverable_ handoff is not posted again: its agent asks "
+        "again)",
         f"• `{command} stats [7d]`: pending by type and channel, time to decision, expiry "
         "rate, failed resumes",
         f"• `{command} help`: this list",
@@ -261,6 +262,8 @@ def _detail_fields(handoff: Handoff) -> list[str]:
 
 def _tasks_line(handoff: Handoff) -> str:
     parts = [f"id `{handoff.id}`", f"delivery {handoff.delivery.state.value}"]
+    if handoff.delivery.state is TaskState.FAILED and handoff.delivery.last_error:
+        parts.append(f"delivery error: {agent_text(handoff.delivery.last_error, 300)[0]}")
     if handoff.resume_target:
         resume = handoff.resume
         parts.append(f"resume {resume.state.value} (attempt {resume.attempt})")
@@ -346,12 +349,18 @@ def render_stats(stats: Stats) -> RenderedMessage:
         f"*Pending now*\n{stats.pending} ({by_type})",
         f"*Pending by channel*\n{by_channel}",
         f"*Decided*\n{stats.decided} by people, {stats.expired} expired, "
-        f"{stats.cancelled} cancelled",
+        f"{stats.cancelled} cancelled, {stats.undeliverable} undeliverable",
         f"*Time to decision*\nmedian {_duration_or_na(stats.median_decision_seconds)}, "
         f"p90 {_duration_or_na(stats.p90_decision_seconds)}",
         f"*Expiry rate*\n{rate} of {stats.closed} closed",
         f"*Failed resumes*\n{stats.failed_resumes} in the window, "
         f"{stats.failing_resumes} failed now",
+        f"*Failed deliveries*\n{stats.failed_deliveries_total} now"
+        + (
+            ": " + ", ".join(f"`{i}`" for i in stats.failed_deliveries)
+            if stats.failed_deliveries
+            else ""
+        ),
     ]
     blocks: list[Block] = [
         HeaderBlock(text=f"Handoffs, last {span}"),

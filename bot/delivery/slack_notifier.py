@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from slack_sdk import WebClient
+from slack_sdk.errors import SlackApiError
 
 from bot.blockkit.message import (
     escalation_note,
@@ -26,11 +27,17 @@ from bot.blockkit.message import (
     thread_record_text,
 )
 from bot.delivery.posting import CLOCK_SKEW_SECONDS, Poster, PostTag, delete_extra
+from bot.delivery.slack_errors import describe, error_code, is_permanent
 from bot.mrkdwn import is_usergroup, reviewer_mention
 from store.exceptions import HandoffError
 from store.models import Handoff
+from worker.notifier import Undeliverable
 
 logger = logging.getLogger(__name__)
+
+GONE_ERRORS = frozenset({"message_not_found", "channel_not_found", "is_archived"})
+"""Errors of ``chat.update`` on a message that is no longer there to update (deleted, or its
+channel gone or archived): nothing to show there, and no reason to fail the task."""
 
 METADATA_EVENT_TYPE = "handoff_posted"
 RECORD_EVENT_TYPE = "handoff_recorded"
@@ -68,18 +75,40 @@ class SlackNotifier:
         From the second ``attempt`` on, an earlier attempt may have posted without hearing
         back: the message is looked for (and adopted) before it is posted. When the handoff
         was posted before (it has been reassigned), the new message becomes the primary one
-        and the old one is updated to point to it.
+        and the old one is updated to point to it (an old message that cannot be updated, say
+        deleted, never keeps the new one from being linked).
+
+        Raises ``Undeliverable`` when Slack refuses the post for good (``is_archived``,
+        ``not_in_channel``, ``invalid_auth``...; see ``bot.delivery.slack_errors``): the
+        handoff is then closed ``undeliverable`` without further attempts.
         """
         channel = handoff.channel or self.default_channel
         if not channel:
             raise NoChannel(f"handoff {handoff.id} names no channel and HANDOFF_CHANNEL is not set")
-        posted = self._post(handoff, channel, attempt=attempt)
+        try:
+            posted = self._post(handoff, channel, attempt=attempt)
+        except SlackApiError as exc:
+            if is_permanent(exc):
+                raise Undeliverable(
+                    f"Slack refused the message to {channel}: {describe(exc)}",
+                    code=error_code(exc),
+                ) from exc
+            raise
         refs: dict[str, Any] = {"channel": posted["channel"], "ts": posted["ts"]}
         old = handoff.message_refs
         if old.get("ts"):
             moved = {"channel": old["channel"], "ts": old["ts"], "moved_to": posted["channel"]}
             refs["copies"] = [*old.get("copies", []), moved]
-            self._show_moved(handoff, moved)
+            try:
+                self._show_moved(handoff, moved)
+            except Exception:
+                # The new message is posted: it must be linked whatever became of the old
+                # one (a later update shows the move there again, if it can).
+                logger.warning(
+                    "could not point the old message to the new one",
+                    exc_info=True,
+                    extra={"handoff_id": handoff.id, "channel": old["channel"]},
+                )
             refs["record_ts"] = None
         logger.info("posted", extra={"handoff_id": handoff.id, "channel": posted["channel"]})
         self._changed(handoff)
@@ -215,10 +244,21 @@ class SlackNotifier:
         return neutralise
 
     def _show_moved(self, handoff: Handoff, moved: dict[str, Any]) -> None:
+        """Point a message the handoff moved from to its new place; a message that is gone
+        (deleted, its channel archived) is left alone."""
         shown = render_moved(handoff, channel=str(moved["moved_to"]))
-        self.client.chat_update(
-            channel=moved["channel"], ts=moved["ts"], text=shown.text, blocks=shown.blocks
-        )
+        try:
+            self.client.chat_update(
+                channel=moved["channel"], ts=moved["ts"], text=shown.text, blocks=shown.blocks
+            )
+        except SlackApiError as exc:
+            if error_code(exc) not in GONE_ERRORS:
+                raise
+            logger.info(
+                "the message the handoff moved from is gone (%s)",
+                error_code(exc),
+                extra={"handoff_id": handoff.id, "channel": moved["channel"]},
+            )
 
 
 def _since(moment: datetime | None) -> float | None:

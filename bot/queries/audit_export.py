@@ -9,8 +9,8 @@ One line per event, oldest first::
 
 Events: ``created``, ``delivery_started``, ``delivered``, ``viewed_full``, ``denied``,
 ``claimed``, ``decided``, ``reminded``, ``escalated``, ``reassigned``, ``expired``,
-``cancelled``, and the attempts and results of deliveries, message updates and resumes
-(``resume_started``, ``resumed``, ``resume_attempt_failed``, ``resume_failed``,
+``cancelled``, ``undeliverable``, and the attempts and results of deliveries, message updates
+and resumes (``resume_started``, ``resumed``, ``resume_attempt_failed``, ``resume_failed``,
 ``resume_retry_requested``...). The stream is trimmed to the retention period
 (``HANDOFF_RETENTION_DAYS``) by the dispatcher: export it on a schedule to keep more.
 """

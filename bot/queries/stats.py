@@ -1,8 +1,9 @@
 """``/handoff stats``: what is waiting now, and how decisions went over a recent window.
 
 What is pending comes from the store's pending indexes (their sizes, no handoff is read);
-decisions, time to decision, expiries and failed resumes come from the namespace's audit
-stream since the start of the window.
+decisions, time to decision, expiries, undeliverable handoffs and failed resumes come from
+the namespace's audit stream since the start of the window; failed deliveries and resumes
+now from the store's failed set.
 """
 
 from __future__ import annotations
@@ -22,7 +23,15 @@ CHANNELS_SHOWN = 10
 """Channels listed by pending count (the busiest first)."""
 
 _LOOKUP_BATCH = 500
-_COUNTED = (b'"decided"', b'"expired"', b'"cancelled"', b'"resume_failed"')
+_COUNTED = (
+    b'"decided"',
+    b'"expired"',
+    b'"cancelled"',
+    b'"undeliverable"',
+    b'"resume_failed"',
+)
+FAILED_DELIVERIES_SHOWN = 5
+"""Ids of failed deliveries listed by ``/handoff stats`` (the newest first)."""
 
 
 @dataclass(frozen=True)
@@ -46,11 +55,17 @@ class Stats:
     """Resumes that used up their attempts during the window."""
     failing_resumes: int
     """Resumes marked failed right now (``/handoff retry <id>`` queues them again)."""
+    undeliverable: int = 0
+    """Handoffs closed ``undeliverable`` during the window (Slack refused their message)."""
+    failed_deliveries: tuple[str, ...] = ()
+    """Handoffs whose delivery is marked failed right now, the newest first (at most
+    ``FAILED_DELIVERIES_SHOWN``; ``failed_deliveries_total`` counts them all)."""
+    failed_deliveries_total: int = 0
 
     @property
     def closed(self) -> int:
         """Handoffs that stopped being pending during the window, however."""
-        return self.decided + self.expired + self.cancelled
+        return self.decided + self.expired + self.cancelled + self.undeliverable
 
     @property
     def expiry_rate(self) -> float | None:
@@ -82,7 +97,9 @@ def compute_stats(
     waits = sorted(
         (decided_at[i] - created_at[i]).total_seconds() for i in decided_at if i in created_at
     )
-    failing = sum(1 for kind, _ in store.failed_tasks() if kind is TaskKind.RESUME)
+    failed = store.failed_tasks()
+    failing = sum(1 for kind, _ in failed if kind is TaskKind.RESUME)
+    undelivered = [i for kind, i in reversed(failed) if kind is TaskKind.DELIVER]
     return Stats(
         since=since,
         window=window,
@@ -96,6 +113,9 @@ def compute_stats(
         p90_decision_seconds=percentile(waits, 90),
         failed_resumes=counts["resume_failed"],
         failing_resumes=failing,
+        undeliverable=counts["undeliverable"],
+        failed_deliveries=tuple(undelivered[:FAILED_DELIVERIES_SHOWN]),
+        failed_deliveries_total=len(undelivered),
     )
 
 

@@ -11,7 +11,8 @@ store's indexes). It is a cache, safe to delete, and is brought up to date by ea
    events of the store's audit stream are applied: the stream is in arrival order, so a
    handoff whose id sorts early (an agent host with a slow clock) is not missed.
 
-Handoffs decided since they were added are dropped by the readers that find them decided.
+Handoffs decided, cancelled or expired since they were added are dropped when their event is
+applied (and by the readers that find them decided before that).
 The dispatcher trims the stream to the retention period: if nothing read the index for half
 of it, events may be lost, so the index starts over (its read position expires).
 """
@@ -35,7 +36,12 @@ BATCH = 1000
 """Ids or events per round trip."""
 
 _DONE = "done"
-_EVENTS = (b'"created"', b'"reassigned"')
+_ADDS = ("created", "reassigned")
+"""Events after which a handoff may have joined the index (or left it: a reassignment)."""
+_CLOSES = ("decided", "cancelled", "expired", "undeliverable")
+"""Events after which a handoff is no longer pending: it leaves the index at once, rather
+than when a reader pages past it (a handoff nobody pages to would stay forever)."""
+_EVENTS = tuple(f'"{name}"'.encode() for name in (*_ADDS, *_CLOSES))
 
 
 class UnassignedIndex:
@@ -93,10 +99,10 @@ class UnassignedIndex:
         for page in self.store.audit_pages(after=read, limit=STREAM_BUDGET, batch=BATCH):
             touched: list[str] = []
             for entry in page:
-                # Only creations and reassignments change whether a handoff names reviewers.
+                # Only these change whether a handoff is pending and names no reviewers.
                 if any(name in entry.raw for name in _EVENTS):
                     event = json.loads(entry.raw)
-                    if event.get("event") in ("created", "reassigned"):
+                    if event.get("event") in (*_ADDS, *_CLOSES):
                         touched.append(str(event["handoff_id"]))
             self._sort(touched, also_remove=True, read=page[-1].id)
 

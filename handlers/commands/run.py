@@ -20,6 +20,7 @@ from handlers.decisions import NOT_FOUND, deny, may_see
 from handlers.deps import HandlerDeps
 from handlers.origin import remember_ephemeral
 from store.exceptions import AlreadyDecided, HandoffNotFound, InvalidDecision, NotRetryable
+from store.lost_attempts import retry_warning
 from store.models import TaskKind
 
 logger = logging.getLogger(__name__)
@@ -93,11 +94,14 @@ def _change(deps: HandlerDeps, user: str, command: Command, handoff_id: str) -> 
             "there, and the old message points to it."
         )
     if command.name == "retry":
+        warning = retry_warning(store.get(handoff_id).resume)
         retried = store.retry_failed(handoff_id, requested_by=user)
         logger.info("retried by command", extra=context)
         what = " and ".join(_TASK_NAMES[kind] for kind in retried)
+        caution = f"\n:warning: {warning}" if warning and TaskKind.RESUME in retried else ""
         return replies.render_notice(
             f":repeat: The {what} of `{handoff_id}` is queued for another round of attempts."
+            + caution
         )
     raise AssertionError(f"unhandled command {command.name}")  # parse_command prevents it
 

@@ -80,3 +80,20 @@ def record_after_a_while(handoff: Handoff, *, attempt: int, idempotency_key: str
     _report(STARTED, handoff, attempt, idempotency_key)
     time.sleep(0.3)
     _report(COMPLETED, handoff, attempt, idempotency_key)
+
+
+TICKS = "test:resume:ticks"
+
+
+def swallow_the_timeout(handoff: Handoff, *, attempt: int, idempotency_key: str) -> None:
+    """Record the start, then keep working for 4 s whatever is raised into it (RQ's job
+    timeout is an ``Exception``), recording a tick every 20 ms while it is alive."""
+    _report(STARTED, handoff, attempt, idempotency_key)
+    until = time.time() + 4
+    while time.time() < until:
+        try:
+            _redis().rpush(TICKS, json.dumps({"attempt": attempt, "at": time.time()}))
+            time.sleep(0.02)
+        except Exception:  # what the test is about: it swallows the timeout
+            pass
+    _report(COMPLETED, handoff, attempt, idempotency_key)

@@ -427,13 +427,19 @@ def edited_args(handoff: Handoff) -> dict[str, Any] | None:
 
 def decision_note(handoff: Handoff) -> str | None:
     """Why a request was not approved, in words for the agent: the reviewer's comment, or
-    what happened instead of a decision (expiry, cancellation). None when approved."""
+    what happened instead of a decision (expiry, cancellation, a request Slack refused to
+    deliver). None when approved."""
     decision = handoff.resume_data
     comment = decision.comment if decision else None
     if handoff.status is Status.EXPIRED:
         return "Nobody decided in time; the request expired."
     if handoff.status is Status.CANCELLED:
         return "The request was cancelled" + (f": {comment}" if comment else ".")
+    if handoff.status is Status.UNDELIVERABLE:
+        # Never reached a person: not a refusal by anyone, and never an approval.
+        return "The request could not be delivered to a person, so nobody decided it" + (
+            f": {comment}" if comment else "."
+        )
     if handoff.status is Status.REJECTED:
         return comment
     return None

@@ -1,0 +1,174 @@
+"""worker.killable: calls run one at a time in a child process, which is dead by the time a
+call that did not return by its deadline is reported (no Redis needed)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import wait_until
+from worker.killable import AttemptDied, AttemptTimedOut, KillableProcess, TargetRaised
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _gone(pid: int) -> bool:
+    """The process is dead: no longer there, or a zombie waiting to be reaped."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
+
+
+def _handle(payload: bytes) -> None:
+    """Commands the tests send: ``pid FILE``, ``raise``, ``exit``, ``hang FILE``,
+    ``spawn FILE`` (a ``sleep 60`` whose pid goes to FILE, then hang)."""
+    command, _, argument = payload.decode().partition(" ")
+    if command == "pid":
+        Path(argument).write_text(str(os.getpid()))
+    elif command == "raise":
+        raise RuntimeError("downstream unavailable")
+    elif command == "exit":
+        os._exit(3)
+    elif command == "hang":
+        _swallow_everything(Path(argument))
+    elif command == "spawn":
+        sleeper = subprocess.Popen(["sleep", "60"])
+        Path(argument).write_text(str(sleeper.pid))
+        time.sleep(60)
+
+
+def _swallow_everything(pid_file: Path) -> None:
+    pid_file.write_text(str(os.getpid()))
+    while True:
+        with contextlib.suppress(BaseException):  # what the test is about
+            time.sleep(0.01)
+
+
+@pytest.fixture
+def process() -> Iterator[KillableProcess]:
+    killable = KillableProcess(_handle)
+    yield killable
+    killable.close()
+
+
+def test_calls_run_in_one_child_kept_between_calls(
+    process: KillableProcess, tmp_path: Path
+) -> None:
+    first, second = tmp_path / "1", tmp_path / "2"
+    process.run(f"pid {first}".encode(), timeout=5)
+    process.run(f"pid {second}".encode(), timeout=5)
+    pid = int(first.read_text())
+    assert pid != os.getpid()
+    assert int(second.read_text()) == pid
+    process.close()
+    assert _gone(pid)
+
+
+def test_an_error_is_reported_with_its_type_and_traceback(process: KillableProcess) -> None:
+    with pytest.raises(TargetRaised) as raised:
+        process.run(b"raise", timeout=5)
+    assert str(raised.value) == "RuntimeError: downstream unavailable"
+    assert "in _handle" in raised.value.details
+
+
+def test_a_call_that_swallows_everything_is_killed_at_its_deadline(
+    process: KillableProcess, tmp_path: Path
+) -> None:
+    pid_file = tmp_path / "pid"
+    began = time.monotonic()
+    with pytest.raises(AttemptTimedOut, match=r"did not return within 0\.5 s"):
+        process.run(f"hang {pid_file}".encode(), timeout=0.5)
+    assert 0.5 <= time.monotonic() - began < 1.5
+    assert _gone(int(pid_file.read_text()))
+    # The next call gets a new child.
+    again = tmp_path / "again"
+    process.run(f"pid {again}".encode(), timeout=5)
+    assert int(again.read_text()) != int(pid_file.read_text())
+
+
+def test_what_the_call_started_is_killed_with_it(process: KillableProcess, tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+    with pytest.raises(AttemptTimedOut):
+        process.run(f"spawn {pid_file}".encode(), timeout=0.5)
+    wait_until(lambda: _gone(int(pid_file.read_text())), timeout=5)
+
+
+def test_an_interrupted_wait_kills_the_child_before_it_propagates(
+    process: KillableProcess, tmp_path: Path
+) -> None:
+    # As RQ's job timeout does: a SIGALRM handler raising in the waiting worker.
+    class Interrupted(Exception):
+        pass
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise Interrupted
+
+    pid_file = tmp_path / "pid"
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 0.5)
+    try:
+        with pytest.raises(Interrupted):
+            process.run(f"hang {pid_file}".encode(), timeout=30)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert _gone(int(pid_file.read_text()))
+
+
+def test_a_child_that_dies_without_a_word_is_reported_and_replaced(
+    process: KillableProcess, tmp_path: Path
+) -> None:
+    with pytest.raises(AttemptDied, match="exited with status 3"):
+        process.run(b"exit", timeout=5)
+    process.run(f"pid {tmp_path / 'pid'}".encode(), timeout=5)
+
+
+def test_an_idle_child_killed_from_outside_is_replaced(
+    process: KillableProcess, tmp_path: Path
+) -> None:
+    first, second = tmp_path / "1", tmp_path / "2"
+    process.run(f"pid {first}".encode(), timeout=5)
+    pid = int(first.read_text())
+    os.kill(pid, signal.SIGKILL)
+    # Exited as a whole (every thread): its child, this process, is told so.
+    wait_until(lambda: os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT))
+    process.run(f"pid {second}".encode(), timeout=5)
+    assert second.read_text() != first.read_text()
+
+
+_HOLDER = """
+import sys
+from tests.test_killable import _handle
+from worker.killable import KillableProcess
+KillableProcess(_handle).run(f"hang {sys.argv[1]}".encode(), timeout=float(sys.argv[2]))
+"""
+
+
+@pytest.mark.parametrize("how", ["killed", "stopped"])
+def test_the_child_dies_when_its_worker_is_killed_or_cannot_act(tmp_path: Path, how: str) -> None:
+    pid_file = tmp_path / "pid"
+    timeout = 30 if how == "killed" else 0.5
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, str(pid_file), str(timeout)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    try:
+        wait_until(pid_file.exists, timeout=10)
+        wait_until(lambda: pid_file.read_text() != "", timeout=5)
+        child = int(pid_file.read_text())
+        os.kill(holder.pid, signal.SIGKILL if how == "killed" else signal.SIGSTOP)
+        wait_until(lambda: _gone(child), timeout=5)
+    finally:
+        holder.kill()
+        holder.wait(5)
