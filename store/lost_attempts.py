@@ -6,8 +6,8 @@ attempt allowed, the next job marks the resume failed (``BEGIN_TASK``, with
 ``LOST_ATTEMPT_ERROR``) and a late report from the old attempt is ``stale`` and changes
 nothing. The target may well have run to completion: a retry calls it again, with the same
 idempotency key, so ``handoff retry`` and ``/handoff retry`` say so (``retry_warning``).
-Such a resume is failed like any other: its handoff is kept (never purged) until it is
-retried and completes.
+Such a resume is failed like any other: its handoff is kept until it is retried and
+completes, or until it has been failed for the retention period (``PURGE_DECIDED``).
 """
 
 from __future__ import annotations

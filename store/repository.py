@@ -6,7 +6,6 @@ import functools
 import json
 import logging
 import os
-import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -854,16 +853,16 @@ class HandoffStore:
         return expired
 
     def purge_decided(self, *, limit: int = defaults.SWEEP_BATCH) -> int:
-        """Delete decided handoffs past retention whose resume is done, with their audit
-        trail, idempotency key and every message link; returns how many."""
-        oldest_kept_ms = int((time.time() - self.config.retention_seconds) * 1000)
+        """Delete decided handoffs past retention whose resume is done (or was failed for
+        the retention period too, never retried), with their audit trail, idempotency key,
+        task entries and every message link; returns how many."""
         return int(
             self._scripts["PURGE_DECIDED"](
                 keys=[self.keys.retention],
                 args=[
                     self.keys.prefix,
                     limit,
-                    f"{max(oldest_kept_ms, 0)}-0",
+                    int(self.config.retention_seconds * 1000),
                     3600 * 1000,
                     _new_operation_id(),
                 ],

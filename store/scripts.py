@@ -63,10 +63,19 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- Events people can repeat at will (a refused click, another "View full"): once a handoff's
+-- own trail holds this many events, it stops taking them (the audit stream still gets each
+-- one), so nobody can grow a trail without bound. Every other event is always kept.
+local REPEATABLE = {denied = true, viewed_full = true}
+local TRAIL_KEEPS_REPEATS_UP_TO = 200
+
 local function audit(id, event, actor, at, detail)
   local entry = cjson.encode({event = event, handoff_id = id, actor = actor, at = at,
                               detail = detail})
-  redis.call('RPUSH', P .. 'audit:' .. id, entry)
+  local trail = P .. 'audit:' .. id
+  if not REPEATABLE[event] or redis.call('LLEN', trail) < TRAIL_KEEPS_REPEATS_UP_TO then
+    redis.call('RPUSH', trail, entry)
+  end
   redis.call('XADD', P .. 'audit', '*', 'e', entry)
 end
 
@@ -580,20 +589,29 @@ return expired
 """
 )
 
-# KEYS[1] retention.
-# ARGV: prefix, most to purge, oldest audit stream id to keep, recheck ms, operation id.
+# KEYS[1] retention.  ARGV: prefix, most to purge, retention ms, recheck ms, operation id.
+# A handoff goes once its resume is done (or it has none), or once its resume has been failed
+# for the retention period too (nobody retried it: the audit stream keeps the record of its
+# decision and failure as long as any other). The audit stream keeps the retention period,
+# by the server's clock (stream ids are its times).
 PURGE_DECIDED = (
     PRELUDE
     + """
 local saved = replayed(ARGV[5])
 if saved then return saved[1] end
 local now = now_ms()
+local retention = tonumber(ARGV[3])
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
 local purged = 0
 for _, id in ipairs(due) do
   local hkey = P .. 'h:' .. id
   local f = redis.call('HMGET', hkey, 'resume_state', 'idem_key', 'message_refs')
-  if f[1] == 'none' or f[1] == 'completed' or not f[1] then
+  local failed_at = f[1] == 'failed' and redis.call('ZSCORE', P .. 'failed', 'resume:' .. id)
+  local given_up = failed_at and now - tonumber(failed_at) >= retention
+  if f[1] == 'none' or f[1] == 'completed' or not f[1] or given_up then
+    if given_up then
+      audit(id, 'purged_unresumed', 'system', now, {failed_at = tonumber(failed_at)})
+    end
     redis.call('DEL', hkey, P .. 'audit:' .. id)
     if f[2] and f[2] ~= '' then redis.call('DEL', P .. 'idem:' .. f[2]) end
     -- Every message link goes with it: those of the message refs (the message, escalation
@@ -615,7 +633,7 @@ for _, id in ipairs(due) do
       if redis.call('GET', link) == id then redis.call('DEL', link) end
     end
     redis.call('ZREM', KEYS[1], id)
-    for _, k in ipairs({'deliver', 'resume', 'notify'}) do
+    for _, k in ipairs({'deliver', 'resume', 'notify', 'remind', 'escalate'}) do
       redis.call('ZREM', P .. 'outbox', k .. ':' .. id)
       redis.call('ZREM', P .. 'failed', k .. ':' .. id)
     end
@@ -625,7 +643,7 @@ for _, id in ipairs(due) do
     redis.call('ZADD', KEYS[1], now + tonumber(ARGV[4]), id)
   end
 end
-redis.call('XTRIM', P .. 'audit', 'MINID', ARGV[3])
+redis.call('XTRIM', P .. 'audit', 'MINID', string.format('%d-0', math.max(now - retention, 0)))
 if purged > 0 then remember(ARGV[5], {purged}) end
 return purged
 """

@@ -1203,10 +1203,11 @@ def test_purge_removes_decided_handoffs_only_once_their_resume_is_done(
         store.decide(handoff.id, Status.REJECTED, decided_by="U1")
     store.begin_task(resumed.id, TaskKind.RESUME, run_token="j")
     store.finish_task(resumed.id, TaskKind.RESUME, attempt=1)
+    time.sleep(0.1)
+    # Failed just now, well after its decision: kept for the retention period from here.
     for attempt in range(1, fast_tasks.resume_max_attempts + 1):
         store.begin_task(resume_failed.id, TaskKind.RESUME, run_token=f"j{attempt}")
         store.finish_task(resume_failed.id, TaskKind.RESUME, attempt=attempt, error="down")
-    time.sleep(0.1)
 
     assert store.purge_decided() == 2
 
@@ -1478,3 +1479,76 @@ def test_wait_for_work_wakes_on_new_work_and_times_out_without(store: HandoffSto
     started = time.monotonic()
     assert store.wait_for_work(timeout=0.1) is False
     assert time.monotonic() - started >= 0.09
+
+
+def _fail(store: HandoffStore, handoff_id: str, kind: TaskKind, attempts: int) -> None:
+    """Run every attempt of ``kind`` to a failure, as jobs whose Slack (or target) is down."""
+    for _ in range(attempts):
+        start = store.begin_task(handoff_id, kind, run_token=new_handoff_id())
+        assert start.action == "run", start.action
+        store.finish_task(handoff_id, kind, attempt=start.attempt, error="down")
+    assert (kind.value, handoff_id) in [(k.value, i) for k, i in store.failed_tasks()]
+
+
+def _traces(redis: Redis, store: HandoffStore, handoff_id: str) -> list[str]:
+    """Every key of the namespace that names ``handoff_id``, and every sorted-set entry."""
+    found = []
+    for key in redis.scan_iter(match=store.keys.prefix + "*"):
+        name = key.decode()
+        if handoff_id in name:
+            found.append(name)
+        elif redis.type(key) == b"zset":
+            found += [
+                f"{name} {m.decode()}" for m in redis.zrange(key, 0, -1) if handoff_id.encode() in m
+            ]
+        elif redis.type(key) == b"string" and redis.get(key) == handoff_id.encode():
+            found.append(f"{name} -> {handoff_id}")
+    return found
+
+
+def test_after_the_retention_purge_no_key_or_entry_of_a_handoff_remains(
+    redis: Redis, fast_tasks: TaskPolicy
+) -> None:
+    store = HandoffStore(redis, StoreConfig(retention_seconds=0.3, tasks=fast_tasks))
+    handoff = create(
+        store,
+        RequestType.QUESTION,
+        idempotency_key="k-traces",
+        remind_after_seconds=0.001,
+        max_reminders=1,
+        escalate_after_seconds=0.001,
+        escalate_to="C0ONCALL",
+    )
+    attempts = fast_tasks.resume_max_attempts
+    _run_like_a_job(store, handoff.id, TaskKind.DELIVER, {"channel": "C01", "ts": "1.1"}, "C01:1.1")
+    # Reminders and the escalation fail for good while it is pending; people click at will.
+    _fail(store, handoff.id, TaskKind.REMIND, attempts)
+    _fail(store, handoff.id, TaskKind.ESCALATE, attempts)
+    for _ in range(250):
+        store.record_audit(handoff.id, "denied", actor="U0MALLORY", detail={"via": "button"})
+    store.decide(handoff.id, Status.ANSWERED, decided_by="U01", answer="EU")
+    _fail(store, handoff.id, TaskKind.RESUME, attempts)  # nobody retries it
+    assert _traces(redis, store, handoff.id)
+
+    time.sleep(0.35)  # retention past the decision, and past the resume's failure
+    assert store.purge_decided() == 1
+
+    assert _traces(redis, store, handoff.id) == []
+    # The audit stream (trimmed to the retention period itself) records how it ended.
+    trail = [e for e in store.global_audit() if e.handoff_id == handoff.id]
+    assert [e.event for e in trail] == ["purged_unresumed"]
+
+
+def test_a_handoffs_own_trail_stops_taking_repeated_events_at_200(
+    redis: Redis, store: HandoffStore
+) -> None:
+    handoff = create(store)
+    for _ in range(230):
+        store.record_audit(handoff.id, "viewed_full", actor="U0BOB", detail={})
+    store.decide(handoff.id, Status.APPROVED, decided_by="U01")
+
+    trail = events(store, handoff.id)
+    assert len(trail) == 201 and trail.count("viewed_full") == 199  # after "created"
+    assert trail[-1] == "decided"  # what changes the handoff is always kept
+    streamed = [e.event for e in store.global_audit() if e.handoff_id == handoff.id]
+    assert streamed.count("viewed_full") == 230

@@ -38,6 +38,7 @@ ALLOWED_PREFIXES = (
     b"{ho}:bot:admin:",  # cached users.info answers ("is this user an admin?")
     b"{ho}:bot:usergroups",  # the user-group cache (permission checks and listings share it)
     b"{ho}:bot:channel:",  # the channel-member cache (who may decide unassigned handoffs)
+    b"{ho}:op:",  # what a script answered, for a resend after a lost reply (expires in 2 min)
     b"{ho}:bot:home:",  # App Home bookkeeping (who opened it, what it shows)
     b"{ho}:bot:unassigned:read",  # how far a Home build read the audit stream
     b"{ho}:bot:unassigned:walk",  # how far a Home build walked the pending index
