@@ -6,6 +6,7 @@ import functools
 import json
 import logging
 import os
+import secrets
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -686,7 +687,14 @@ class HandoffStore:
     def first_sighting(self, event_id: str, *, ttl_seconds: int = 3600) -> bool:
         """True the first time an event id is seen (within ``ttl_seconds``); Slack retries
         events, so a handler acts only on the first sighting."""
-        return bool(self.redis.set(self.keys.seen_event(event_id), "1", nx=True, ex=ttl_seconds))
+        # A token of this call, read back in the same round trip: a resend after a lost reply
+        # (the client retries) finds its own token, and is still the first sighting.
+        key, token = self.keys.seen_event(event_id), secrets.token_hex(8)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.set(key, token, nx=True, ex=ttl_seconds)
+        pipe.get(key)
+        found = pipe.execute()[1]
+        return found is not None and as_text(found) == token
 
     def record_audit(
         self, handoff_id: str, event: str, *, actor: str, detail: dict[str, Any] | None = None

@@ -273,6 +273,12 @@ end
 local function close_undeliverable(id, hkey, at, reason, retention_ms)
   local f = read_fields(hkey, CLOSE_FIELDS)
   if f.status ~= 'pending' then return false end
+  -- Posted before (a reassignment's new post is what failed): its message still shows it,
+  -- with its buttons, so it stays pending there; the failed delivery waits for an admin.
+  local ok, refs = pcall(cjson.decode, redis.call('HGET', hkey, 'message_refs') or '{}')
+  if ok and type(refs) == 'table' and type(refs.ts) == 'string' and refs.ts ~= '' then
+    return false
+  end
   local expires_at = tonumber(f.expires_at or 0)
   if expires_at > 0 and at >= expires_at then
     expire_pending(id, hkey, f, at, retention_ms)
@@ -610,7 +616,15 @@ for _, id in ipairs(due) do
   local given_up = failed_at and now - tonumber(failed_at) >= retention
   if f[1] == 'none' or f[1] == 'completed' or not f[1] or given_up then
     if given_up then
-      audit(id, 'purged_unresumed', 'system', now, {failed_at = tonumber(failed_at)})
+      -- The stream has trimmed its decision and failure by now: this event says them.
+      local g = redis.call('HMGET', hkey, 'status', 'decision', 'request', 'resume_error')
+      local okd, decision = pcall(cjson.decode, g[2] or '{}')
+      local okr, request = pcall(cjson.decode, g[3] or '{}')
+      audit(id, 'purged_unresumed', 'system', now, {
+        failed_at = tonumber(failed_at), outcome = g[1],
+        decided_by = okd and type(decision) == 'table' and decision.decided_by or nil,
+        run_id = okr and type(request) == 'table' and request.run_id or nil,
+        error = g[4]})
     end
     redis.call('DEL', hkey, P .. 'audit:' .. id)
     if f[2] and f[2] ~= '' then redis.call('DEL', P .. 'idem:' .. f[2]) end

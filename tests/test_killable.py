@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -30,7 +31,7 @@ def _gone(pid: int) -> bool:
 
 
 def _handle(payload: bytes) -> None:
-    """Commands the tests send: ``pid FILE``, ``raise``, ``exit``, ``hang FILE``,
+    """Commands the tests send: ``pid FILE``, ``raise``, ``exit``, ``hang FILE``, ``gil FILE``,
     ``spawn FILE`` (a ``sleep 60`` whose pid goes to FILE, then hang)."""
     command, _, argument = payload.decode().partition(" ")
     if command == "pid":
@@ -41,6 +42,9 @@ def _handle(payload: bytes) -> None:
         os._exit(3)
     elif command == "hang":
         _swallow_everything(Path(argument))
+    elif command == "gil":  # busy in C code that holds the GIL: no thread of its runs
+        Path(argument).write_text(str(os.getpid()))
+        re.fullmatch(r"(a+)+b", "a" * 40)
     elif command == "spawn":
         sleeper = subprocess.Popen(["sleep", "60"])
         Path(argument).write_text(str(sleeper.pid))
@@ -150,16 +154,22 @@ _HOLDER = """
 import sys
 from tests.test_killable import _handle
 from worker.killable import KillableProcess
-KillableProcess(_handle).run(f"hang {sys.argv[1]}".encode(), timeout=float(sys.argv[2]))
+KillableProcess(_handle).run(f"{sys.argv[3]} {sys.argv[1]}".encode(), timeout=float(sys.argv[2]))
 """
 
 
-@pytest.mark.parametrize("how", ["killed", "stopped"])
-def test_the_child_dies_when_its_worker_is_killed_or_cannot_act(tmp_path: Path, how: str) -> None:
+@pytest.mark.parametrize(
+    ("how", "command"), [("killed", "hang"), ("stopped", "hang"), ("stopped", "gil")]
+)
+def test_the_child_dies_when_its_worker_is_killed_or_cannot_act(
+    tmp_path: Path, how: str, command: str
+) -> None:
+    """Stopped: the child ends itself past its deadline, by a kernel timer too, so even a
+    call that holds the GIL (no watchdog thread of the child can run) cannot outlive it."""
     pid_file = tmp_path / "pid"
     timeout = 30 if how == "killed" else 0.5
     holder = subprocess.Popen(
-        [sys.executable, "-c", _HOLDER, str(pid_file), str(timeout)],
+        [sys.executable, "-c", _HOLDER, str(pid_file), str(timeout), command],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )

@@ -1535,8 +1535,10 @@ def test_after_the_retention_purge_no_key_or_entry_of_a_handoff_remains(
 
     assert _traces(redis, store, handoff.id) == []
     # The audit stream (trimmed to the retention period itself) records how it ended.
-    trail = [e for e in store.global_audit() if e.handoff_id == handoff.id]
-    assert [e.event for e in trail] == ["purged_unresumed"]
+    [end] = [e for e in store.global_audit() if e.handoff_id == handoff.id]
+    assert end.event == "purged_unresumed"
+    assert end.detail["outcome"] == "answered" and end.detail["decided_by"] == "U01"
+    assert end.detail["run_id"] == handoff.run_id and end.detail["error"] == "down"
 
 
 def test_a_handoffs_own_trail_stops_taking_repeated_events_at_200(
@@ -1552,3 +1554,27 @@ def test_a_handoffs_own_trail_stops_taking_repeated_events_at_200(
     assert trail[-1] == "decided"  # what changes the handoff is always kept
     streamed = [e.event for e in store.global_audit() if e.handoff_id == handoff.id]
     assert streamed.count("viewed_full") == 230
+
+
+def test_a_refused_post_after_a_reassignment_leaves_the_posted_handoff_pending(
+    redis: Redis, store: HandoffStore
+) -> None:
+    """An admin reassigns a posted handoff to a channel that refuses it (archived, the bot
+    not invited): the first message still shows it, with its buttons, so it stays decidable
+    there and the failed delivery waits for an admin; the run is not told undeliverable."""
+    handoff = create(store, channel="C0GOOD")
+    _run_like_a_job(
+        store, handoff.id, TaskKind.DELIVER, {"channel": "C0GOOD", "ts": "1.1"}, "C0GOOD:1.1"
+    )
+    store.reassign(handoff.id, by="U0ADMIN", channel="C0ARCHIVED")
+    start = store.begin_task(handoff.id, TaskKind.DELIVER, run_token="again")
+
+    outcome = store.finish_task(
+        handoff.id, TaskKind.DELIVER, attempt=start.attempt, error="is_archived", permanent=True
+    )
+
+    assert outcome == "failed"
+    assert store.get(handoff.id).is_pending
+    assert (TaskKind.DELIVER, handoff.id) in store.failed_tasks()
+    decided = store.decide(handoff.id, Status.APPROVED, decided_by="U0REVIEWER")
+    assert decided.status is Status.APPROVED

@@ -113,6 +113,21 @@ def test_a_post_slack_refuses_for_good_is_undeliverable(
     assert len(slack.calls("chat.postMessage")) == 1
 
 
+def test_a_look_up_slack_refuses_is_retried_not_undeliverable(
+    slack: SlackStandIn, notifier: SlackNotifier, handoffs: Handoffs
+) -> None:
+    """The bot may post where it cannot read the history (chat:write.public): a second
+    attempt's look-up for the first post answering not_in_channel says nothing of the post."""
+    handoff = _approval(handoffs)
+    slack.fail_next("conversations.history", error="not_in_channel")
+
+    with pytest.raises(SlackApiError) as failed:
+        notifier.deliver(handoffs.get(handoff.id), attempt=2)
+
+    assert not isinstance(failed.value, Undeliverable)
+    assert slack.calls("chat.postMessage") == []
+
+
 def test_a_transient_slack_error_is_raised_to_be_retried(
     slack: SlackStandIn, notifier: SlackNotifier, handoffs: Handoffs
 ) -> None:

@@ -17,7 +17,9 @@ and reaped before the job goes on; the next call forks a new one. The deadline i
 timeout, which ends ``LEASE_GRACE_SECONDS`` before the attempt's lease lapses, so the killed
 attempt is gone before the next attempt can begin. If the worker dies, Linux kills the
 child with it (``PR_SET_PDEATHSIG``); if the worker cannot act (stopped with SIGSTOP), the
-child kills itself a quarter of a second after the deadline.
+child kills itself a quarter of a second after the deadline (a watchdog thread, which also
+kills what the call started) or, when the call holds the GIL so that no thread runs, by a
+kernel timer (SIGALRM) half a second after it.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ from typing import Any
 
 _PR_SET_PDEATHSIG = 1
 _POLL_SECONDS = 0.5
+_EXIT_WAIT_SECONDS = 1.0
+"""How long a child that closed its pipe before its deadline is given to exit by itself."""
 _WATCHDOG_LAG_SECONDS = 0.25
 """How long after a call's deadline the child kills itself, should its parent not have."""
 
@@ -104,7 +108,7 @@ class KillableProcess:
         request = f"{deadline!r} ".encode() + payload + b"\n"
         if not self._alive():
             self._start()
-        done, status, killed = False, None, False
+        done, ended_early, status, killed = False, False, None, False
         try:  # whatever interrupts this (RQ's timeout, a shutdown) kills the child
             try:
                 self._send(request)
@@ -114,7 +118,12 @@ class KillableProcess:
                 self._send(request)
             line = self._read_report(deadline)
             done = line is not None
+            ended_early = not done and _clock() < deadline
         finally:
+            if ended_early:
+                # Its end of the pipe closed before the deadline: it is exiting. Let it, so
+                # that its own exit status is reported (not the SIGKILL sent to hurry it).
+                self._await_exit(_EXIT_WAIT_SECONDS)
             if not done:
                 status, killed = self._discard(kill=True)
         if line is None:
@@ -129,6 +138,15 @@ class KillableProcess:
             outcome = {"ok": False, "error": f"UnreadableReport: {line[:200]!r}"}
         if outcome.get("ok") is not True:
             raise TargetRaised(str(outcome.get("error")), details=str(outcome.get("details", "")))
+
+    def _await_exit(self, seconds: float) -> None:
+        """Wait up to ``seconds`` for the child to exit by itself (it stays unreaped)."""
+        until = _clock() + seconds
+        while _clock() < until and not _exited(self._pid):
+            if self._exit_fd is not None:
+                select.select([self._exit_fd], [], [], max(until - _clock(), 0))
+            else:
+                time.sleep(0.002)
 
     def close(self) -> None:
         """Stop the child (a later ``run`` starts another)."""
@@ -309,6 +327,12 @@ def _serve(  # pragma: no cover - runs in the child
         for line in incoming:
             deadline, _, payload = line.rstrip(b"\n").partition(b" ")
             watchdog.deadline = float(deadline)
+            # A kernel timer as well: SIGALRM's default action ends this process even while
+            # the call holds the GIL (busy in C code), when the watchdog thread cannot run.
+            signal.setitimer(
+                signal.ITIMER_REAL,
+                max(float(deadline) - _clock() + 2 * _WATCHDOG_LAG_SECONDS, 0.001),
+            )
             try:
                 handler(payload)
                 outcome: dict[str, Any] = {"ok": True}
@@ -318,6 +342,7 @@ def _serve(  # pragma: no cover - runs in the child
                     "error": f"{type(exc).__name__}: {exc}"[:2000],
                     "details": traceback.format_exc()[-16000:],
                 }
+            signal.setitimer(signal.ITIMER_REAL, 0)
             watchdog.deadline = None
             for stream in (sys.stdout, sys.stderr):
                 with contextlib.suppress(Exception):

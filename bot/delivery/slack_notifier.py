@@ -88,7 +88,11 @@ class SlackNotifier:
         try:
             posted = self._post(handoff, channel, attempt=attempt)
         except SlackApiError as exc:
-            if is_permanent(exc):
+            # Only the post's own refusal says the message cannot be delivered: the look-up
+            # for an earlier post (conversations.history) or removing a duplicate may fail
+            # where posting works (chat:write.public posts in channels the bot has not
+            # joined, whose history says not_in_channel); those failures are retried.
+            if _refused_post(exc) and is_permanent(exc):
                 raise Undeliverable(
                     f"Slack refused the message to {channel}: {describe(exc)}",
                     code=error_code(exc),
@@ -263,3 +267,9 @@ class SlackNotifier:
 
 def _since(moment: datetime | None) -> float | None:
     return None if moment is None else moment.timestamp() - CLOCK_SKEW_SECONDS
+
+
+def _refused_post(exc: SlackApiError) -> bool:
+    """Was ``exc`` the answer to ``chat.postMessage`` itself?"""
+    api_url = str(getattr(exc.response, "api_url", "") or "")
+    return api_url.rstrip("/").endswith("chat.postMessage")

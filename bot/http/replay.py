@@ -28,6 +28,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import logging
+import secrets
 import time
 from dataclasses import dataclass
 
@@ -37,6 +38,7 @@ from redis.exceptions import RedisError
 from bot.http.prefetch import Prefetched, PrefetchRead
 from bot.http.signing import MAX_AGE_SECONDS
 from bot.keys import BotKeys
+from store.decoding import as_text
 
 logger = logging.getLogger(__name__)
 
@@ -108,8 +110,14 @@ class ReplayGuard:
         return self._set_once(key, EVENT_MEMORY_SECONDS, None).seen
 
     def _set_once(self, key: str, ttl: int, read: PrefetchRead | None) -> Checked:
+        # The marker holds a token of this call, read back in the same round trip: when the
+        # client resends both after a lost reply (store.settings.redis_retry), the marker it
+        # finds is its own, so the request is still a first use. (SET NX alone would answer
+        # "already there" to its own resend, and a new event would be dropped as seen.)
+        token = secrets.token_hex(8)
         pipe = self.redis.pipeline(transaction=False)
-        pipe.set(key, "1", nx=True, ex=ttl)
+        pipe.set(key, token, nx=True, ex=ttl)
+        pipe.get(key)
         try:
             if read is not None:
                 read.queue(pipe)  # may load its script first: a round trip of its own
@@ -117,14 +125,14 @@ class ReplayGuard:
         except RedisError as exc:
             logger.warning("replay check impossible, request refused: %s", type(exc).__name__)
             return Checked(Seen.UNKNOWN)
-        first = replies[0]
-        if isinstance(first, Exception):
+        failed = next((r for r in replies[:2] if isinstance(r, Exception)), None)
+        if failed is not None:
             # Such as a full or read-only server: not known to be new, so not let through.
-            logger.warning("replay check failed, request refused: %s", first)
+            logger.warning("replay check failed, request refused: %s", failed)
             return Checked(Seen.UNKNOWN)
-        if not first:
+        if replies[1] is None or as_text(replies[1]) != token:
             return Checked(Seen.AGAIN)
-        return Checked(Seen.FIRST, _prefetched(read, replies[1]) if read is not None else None)
+        return Checked(Seen.FIRST, _prefetched(read, replies[2]) if read is not None else None)
 
 
 def _prefetched(read: PrefetchRead, reply: object) -> Prefetched | None:

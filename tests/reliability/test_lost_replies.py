@@ -16,6 +16,8 @@ from collections.abc import Iterator
 import pytest
 from redis import Redis
 
+from bot.http.replay import ReplayGuard, Seen
+from bot.keys import BotKeys
 from store import scripts
 from store.ids import new_handoff_id
 from store.models import HandoffRequest, Status, TaskKind, TaskState
@@ -275,3 +277,28 @@ def test_the_store_and_agent_clients_resend_on_connection_errors(redis_url: str)
     ):
         retry = client.get_retry()
         assert retry is not None and retry.get_retries() > 0
+
+
+def test_a_replay_marker_whose_reply_was_lost_still_lets_the_request_through_once(
+    proxy: LosingProxy, store: HandoffStore
+) -> None:
+    """The marker's SET NX is resent with the client's retry: finding its own token, it is
+    still a first use (a new event is not dropped as seen), and a real second use is not."""
+    guard = ReplayGuard(store.redis, BotKeys(store.keys))
+    proxy.lose_reply(command="SET")
+    assert guard.check_event("Ev0LOSTREPLY") is Seen.FIRST
+    assert proxy.lost
+    assert guard.check_event("Ev0LOSTREPLY") is Seen.AGAIN
+
+    proxy.lose_reply(command="SET")
+    assert guard.check_request("v0=forged", sent_at=int(time.time())).seen is Seen.FIRST
+    assert guard.check_request("v0=forged", sent_at=int(time.time())).seen is Seen.AGAIN
+
+
+def test_an_event_sighting_whose_reply_was_lost_is_still_the_first(
+    proxy: LosingProxy, store: HandoffStore
+) -> None:
+    proxy.lose_reply(command="SET")
+    assert store.first_sighting("Ev0SOCKET") is True
+    assert proxy.lost
+    assert store.first_sighting("Ev0SOCKET") is False
