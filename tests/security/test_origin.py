@@ -17,7 +17,7 @@ from redis import Redis
 from bot.blockkit import ids
 from bot.blockkit.ids import home_actions_block_id
 from bot.keys import BotKeys
-from bot.standin import Message, View
+from bot.standin import Message
 from handlers.decisions import NOT_SHOWN_HERE
 from handlers.modals import NOT_OPENED_FOR_YOU
 from store.keys import KeySpace
@@ -25,8 +25,7 @@ from store.models import Status
 from tests.support.security_harness import (
     InProcessBot,
     assert_unchanged,
-    capturing,
-    payload_of,
+    click_payload,
     snapshot,
     wait_quiet,
 )
@@ -35,16 +34,6 @@ from tests.support.slack_env import ADMIN, ALICE, BOB, CAROL, CHANNEL, SlackEnv,
 ONCALL = "C0SECONCALL"
 ELSEWHERE = "C0SECOTHER"
 Mutation = Callable[[dict[str, Any]], None]
-
-
-def _click_payload(
-    slack: SlackEnv, user: str, target: Message | View, action_id: str, **options: Any
-) -> dict[str, Any]:
-    """The block_actions payload Slack would send for the click (captured, not delivered)."""
-    with capturing(slack.standin) as captured:
-        slack.standin.click(user, target, action_id, **options)
-    [(_, body)] = captured
-    return payload_of(body)
 
 
 def _audit_events(slack: SlackEnv, handoff_id: str) -> list[tuple[str, dict[str, Any]]]:
@@ -91,7 +80,7 @@ def test_a_click_paired_with_another_place_is_refused_audited_and_changes_nothin
     modals = len(slack.standin.calls("views.open"))
     for place, (clicked, mutate) in places.items():
         for action_id in (ids.APPROVE, ids.REJECT, ids.EDIT):
-            payload = _click_payload(slack, ALICE, clicked, action_id)
+            payload = click_payload(slack.standin, ALICE, clicked, action_id)
             payload["actions"][0]["value"] = target
             mutate(payload)
             answer = bot.interaction(payload)
@@ -121,7 +110,7 @@ def test_a_home_click_counts_only_for_a_handoff_on_that_persons_home(
     home = slack.standin.home(BOB)
     assert home is not None
     block_id = home_actions_block_id(handoff_id)
-    payload = _click_payload(slack, BOB, home, ids.APPROVE, block_id=block_id)
+    payload = click_payload(slack.standin, BOB, home, ids.APPROVE, block_id=block_id)
 
     # The same Home click by an admin, who may decide anything, for a handoff that their
     # Home never showed.
@@ -158,7 +147,7 @@ def test_the_escalation_copy_counts_but_its_channel_cannot_be_borrowed(
     # Carol clicks the primary message (not hers to decide), but the payload claims the
     # escalation channel, with the primary's ts, or with a ts of nothing.
     for ts in (primary.ts, "1700000000.000002"):
-        payload = _click_payload(slack, CAROL, primary, ids.APPROVE)
+        payload = click_payload(slack.standin, CAROL, primary, ids.APPROVE)
         payload["container"].update(channel_id=ONCALL, message_ts=ts)
         payload["channel"] = {"id": ONCALL, "name": "oncall"}
         assert bot.interaction(payload).status == 200

@@ -20,14 +20,13 @@ from bot.blockkit import ids
 from bot.blockkit.ids import home_actions_block_id
 from bot.keys import BotKeys
 from bot.queries.listings import Listings
-from bot.standin import Message, View
+from bot.standin import View
 from store.keys import KeySpace
 from store.models import Status
 from tests.support.security_harness import (
     InProcessBot,
     assert_unchanged,
-    capturing,
-    payload_of,
+    click_payload,
     snapshot,
     wait_quiet,
 )
@@ -80,16 +79,6 @@ def _queue(slack: SlackEnv, bot: InProcessBot, viewer: str) -> list[str]:
         page = listings.page(page.filter, viewer=viewer, after=page.next_cursor)
         found.extend(h.id for h in page.items)
     return found
-
-
-def _click_payload(
-    slack: SlackEnv, user: str, target: Message | View, action_id: str, **options: Any
-) -> dict[str, Any]:
-    """The block_actions payload Slack would send for the click (captured, not delivered)."""
-    with capturing(slack.standin) as captured:
-        slack.standin.click(user, target, action_id, **options)
-    [(_, body)] = captured
-    return payload_of(body)
 
 
 def _denials(slack: SlackEnv, handoff_id: str) -> list[tuple[str | None, dict[str, Any]]]:
@@ -168,7 +157,9 @@ def test_a_forged_home_click_for_a_private_channels_handoff_stays_pending(
     visible = slack.refund_approval(reviewers=[BOB], channel=CHANNEL)
     slack.posted(visible)
     home = _open_home(slack, BOB)
-    payload = _click_payload(slack, BOB, home, ids.APPROVE, block_id=home_actions_block_id(visible))
+    payload = click_payload(
+        slack.standin, BOB, home, ids.APPROVE, block_id=home_actions_block_id(visible)
+    )
     wait_quiet(store_redis, slack)
     before = snapshot(store_redis)
 

@@ -24,7 +24,7 @@ from redis import Redis
 
 from bot.config import Settings
 from bot.http.signing import sign
-from bot.standin import SlackStandIn
+from bot.standin import Message, SlackStandIn, View
 from tests.support.slack_env import BOT_TOKEN, SIGNING_SECRET, SlackEnv
 
 NAMESPACE_KEYS = "{ho}:*"
@@ -191,6 +191,16 @@ def capturing(standin: SlackStandIn) -> Iterator[list[tuple[dict[str, str], byte
 def payload_of(body: bytes) -> Any:
     """The JSON payload of a captured interaction body."""
     return json.loads(dict(parse_qsl(body.decode()))["payload"])
+
+
+def click_payload(
+    standin: SlackStandIn, user: str, target: Message | View, action_id: str, **options: Any
+) -> dict[str, Any]:
+    """The block_actions payload Slack would send for the click (captured, not delivered)."""
+    with capturing(standin) as captured:
+        standin.click(user, target, action_id, **options)
+    [(_, body)] = captured
+    return dict(payload_of(body))
 
 
 # -- Redis state ---------------------------------------------------------------------------
