@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from redis import Redis
-from rq import Queue, Worker
+from rq import Worker
 from rq.registry import StartedJobRegistry
 from slack_sdk.signature import SignatureVerifier
 
@@ -68,7 +68,7 @@ from bot.http.wsgi import EVENTS_PATH, HEALTH_PATH
 from bot.standin import SlackStandIn, StandInUser
 from store.models import Handoff, Status, TaskState
 from worker.client import Handoffs
-from worker.runner import make_queue
+from worker.queues import TaskQueues
 
 SIGNING_SECRET = "bench-signing-secret-0123456789abcdef"
 BOT_TOKEN = "xoxb-bench-bot-token"
@@ -378,13 +378,14 @@ def wait_until_quiet(rig: Rig, expected: int) -> bool:
     update finished) and RQ holds no job (a duplicate the dispatcher re-enqueued would
     hold up the next click's jobs); False after ``--timeout`` seconds."""
     outbox = rig.handoffs.store.keys.outbox
-    started_jobs = StartedJobRegistry(queue=rig.queue)
+    queues = rig.queues.distinct
+    started = [StartedJobRegistry(queue=queue) for queue in queues]
     deadline = time.monotonic() + rig.options.timeout
     next_report = time.monotonic() + PROGRESS_EVERY_SECONDS
     while time.monotonic() < deadline:
         rig.processes.check_alive()
         resumed, outstanding = rig.recorder.runs(), int(rig.redis.zcard(outbox))
-        jobs = rig.queue.count + started_jobs.count
+        jobs = sum(q.count for q in queues) + sum(r.count for r in started)
         if resumed >= expected and outstanding == 0 and jobs == 0:
             return True
         if time.monotonic() >= next_report:
@@ -788,15 +789,15 @@ class Rig:
     recorder: Recorder
     standin: SlackStandIn
     processes: Processes
-    queue: Queue
+    queues: TaskQueues
     serve_port: int
     bare_port: int
     worker_names: list[str]
 
     def jobs_run(self) -> int:
-        """RQ jobs the workers have run so far (finished or failed)."""
+        """RQ jobs the workers have run so far (finished or failed), on both queues."""
         total = 0
-        for name in self.worker_names:
+        for name in [*self.worker_names, *(f"{name}-slack" for name in self.worker_names)]:
             worker = Worker.find_by_key(
                 Worker.redis_worker_namespace_prefix + name, connection=self.redis
             )
@@ -861,7 +862,7 @@ def start_rig(options: Options, url: str, namespace: str, cleanup: contextlib.Ex
         recorder=Recorder(redis, common.bench_key(namespace, "clicks")),
         standin=standin,
         processes=processes,
-        queue=make_queue(redis, queue),
+        queues=TaskQueues.named(redis, queue),
         serve_port=serve_port,
         bare_port=bare_port,
         worker_names=worker_names,

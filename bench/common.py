@@ -34,6 +34,7 @@ from redis import Redis
 
 from bot.dev.embedded_redis import start_embedded_redis
 from store.keys import KeySpace
+from worker.queues import slack_queue_name
 
 ROOT = Path(__file__).resolve().parent.parent
 """Repository root: the subprocesses' working directory and PYTHONPATH."""
@@ -317,7 +318,9 @@ def delete_namespace(redis: Redis, namespace: str) -> None:
 
 
 def delete_queue(redis: Redis, queue: str) -> None:
-    """Delete the RQ keys of ``queue``: its jobs, registries, workers and scheduler."""
+    """Delete the RQ keys of ``queue`` and of its queue of Slack work: their jobs,
+    registries, workers and schedulers."""
+    names = {queue.encode(), slack_queue_name(queue).encode()}
     job_keys = [
         key
         for key in redis.scan_iter(match="rq:job:*", count=SCAN_BATCH)
@@ -330,9 +333,7 @@ def delete_queue(redis: Redis, queue: str) -> None:
             for key in batch:
                 pipe.hget(key, "origin")
             origins = pipe.execute()
-        ours.extend(
-            key for key, origin in zip(batch, origins, strict=True) if origin == queue.encode()
-        )
+        ours.extend(key for key, origin in zip(batch, origins, strict=True) if origin in names)
     for first in range(0, len(ours), SCAN_BATCH):
         batch = ours[first : first + SCAN_BATCH]
         job_ids = [key.split(b":", 2)[2] for key in batch]
@@ -344,12 +345,12 @@ def delete_queue(redis: Redis, queue: str) -> None:
         redis.unlink(*batch, *related)
     # Queue, registries, scheduler lock and worker keys all carry the (random) queue name.
     unlink_matching(redis, f"rq:*{queue}*")
-    redis.srem("rq:queues", f"rq:queue:{queue}")
+    redis.srem("rq:queues", *(b"rq:queue:" + name for name in names))
     workers = [m for m in redis.smembers("rq:workers") if queue.encode() in m]
     if workers:
         redis.srem("rq:workers", *workers)
     for key in redis.scan_iter(match="rq:scheduler:*", count=SCAN_BATCH):
-        if redis.type(key) == b"hash" and redis.hget(key, "queues") == queue.encode():
+        if redis.type(key) == b"hash" and redis.hget(key, "queues") in names:
             redis.unlink(key)
 
 

@@ -48,7 +48,7 @@ from bench.targets import METADATA_KEY, RESUME_TARGET, count_key, ids_key, laten
 from store.keys import KeySpace
 from store.models import Handoff, TaskState
 from worker.client import Handoffs
-from worker.runner import make_queue
+from worker.queues import TaskQueues
 
 RATIO_TARGET = 0.5
 """create+decide throughput over raw SET+GET throughput that the design aims for."""
@@ -460,9 +460,11 @@ def measure_idle_latency(
     those duplicate jobs (which the store then skips) may still be queued in RQ after
     the last resume, so wait for RQ's queue to drain first.
     """
-    rq_queue = make_queue(handoffs.redis, queue)
+    queues = TaskQueues.named(handoffs.redis, queue).distinct
     try:
-        wait_until(lambda: rq_queue.count == 0, options.timeout, "draining the RQ queue")
+        wait_until(
+            lambda: sum(q.count for q in queues) == 0, options.timeout, "draining the RQ queues"
+        )
         result.idle_latencies = idle_latencies(handoffs, key, options.latency_samples)
     except TimeoutError as exc:
         result.problems.append(f"idle latency samples: {exc}")
@@ -510,9 +512,9 @@ def check_phase_two(
         for handoff in handoffs.store.get_many(created[first : first + 500]):
             result.deliveries_completed += handoff.delivery.state is TaskState.COMPLETED
             result.resumes_completed += handoff.resume.state is TaskState.COMPLETED
-    rq_queue = make_queue(redis, queue)
-    result.rq_jobs_finished = FinishedJobRegistry(queue=rq_queue).count
-    result.rq_jobs_failed = FailedJobRegistry(queue=rq_queue).count
+    queues = TaskQueues.named(redis, queue).distinct
+    result.rq_jobs_finished = sum(FinishedJobRegistry(queue=q).count for q in queues)
+    result.rq_jobs_failed = sum(FailedJobRegistry(queue=q).count for q in queues)
 
     n = options.count
     if not result.finished:

@@ -92,8 +92,17 @@ def _redact_secrets() -> None:
     help="Run each job in a forked work horse (isolates resume targets that leak or crash) "
     "instead of in the worker process.",
 )
-def worker(burst: bool, no_dispatcher: bool, name: str | None, fork: bool) -> None:
-    """Run an RQ worker (and a dispatcher) for deliveries and resumes."""
+@click.option(
+    "--work",
+    type=click.Choice(["all", "resumes", "slack"]),
+    default="all",
+    show_default=True,
+    help="Which queue to work: both (an RQ worker on each, so resumes never wait for "
+    "Slack), or only resumes or only Slack work (posts, updates, reminders), to scale them "
+    "apart.",
+)
+def worker(burst: bool, no_dispatcher: bool, name: str | None, fork: bool, work: str) -> None:
+    """Run RQ workers (and a dispatcher) for resumes and for Slack work."""
     from worker.runner import run_worker
 
     settings = _settings()
@@ -109,6 +118,7 @@ def worker(burst: bool, no_dispatcher: bool, name: str | None, fork: bool) -> No
         name=name,
         fork=fork,
         redis_wait_seconds=settings.redis_wait_seconds,
+        work=work,  # type: ignore[arg-type]  # one of click's choices
     )
 
 
@@ -121,17 +131,31 @@ def build_notifier(settings: Settings) -> Notifier:
     # Imported here: a worker without a token needs none of the Slack side.
     from bot.access.reviewers import ReviewerPolicy
     from bot.delivery.home_publisher import refresh_homes
+    from bot.delivery.posting import LookUps, Poster
     from bot.delivery.slack_notifier import SlackNotifier
     from bot.slack_client import make_web_client
 
-    client = make_web_client(settings)
+    # A 429 puts the task off (the worker never sleeps it out): see bot.delivery.posting.
+    client = make_web_client(settings, retry_rate_limits=False)
     store = settings.open_store()
     policy = ReviewerPolicy.from_settings(settings, client, store.redis, store.keys)
+    look_ups = LookUps.shared(
+        store.redis,
+        store.keys,
+        calls_per_minute=settings.slack_history_calls_per_minute,
+        page_size=settings.slack_history_page_size,
+        clock_skew_seconds=settings.slack_clock_skew_seconds,
+    )
 
     def refresh(handoff: Handoff) -> None:
         refresh_homes(client, store, policy, handoff, command=settings.slash_command)
 
-    return SlackNotifier(client, default_channel=settings.channel, on_change=refresh)
+    return SlackNotifier(
+        client,
+        default_channel=settings.channel,
+        on_change=refresh,
+        poster=Poster(client, look_ups=look_ups),
+    )
 
 
 @main.command()

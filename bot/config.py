@@ -34,10 +34,33 @@ class Settings(StoreSettings):
         validation_alias=AliasChoices("SLACK_API_URL"),
         description="Base URL of the Slack Web API (point at the local stand-in in dev).",
     )
-    slack_timeout_seconds: int = Field(
+    slack_timeout_seconds: float = Field(
         default=defaults.SLACK_TIMEOUT_SECONDS,
-        ge=1,
+        gt=0,
+        le=300,
         description="Seconds to wait for each Slack Web API answer before treating it as lost.",
+    )
+    slack_history_calls_per_minute: float = Field(
+        default=defaults.SLACK_HISTORY_CALLS_PER_MINUTE,
+        gt=0,
+        le=6000,
+        description="Calls a minute the whole deployment makes to conversations.history (and "
+        "to conversations.replies) to find a post whose answer was lost: 1 for apps outside "
+        "the Slack Marketplace; a Marketplace app may set 50.",
+    )
+    slack_history_page_size: int = Field(
+        default=defaults.SLACK_HISTORY_PAGE_SIZE,
+        ge=2,
+        le=1000,
+        description="Messages per page of those calls (15 at most for apps outside the "
+        "Marketplace).",
+    )
+    slack_clock_skew_seconds: float = Field(
+        default=defaults.SLACK_CLOCK_SKEW_SECONDS,
+        ge=0,
+        le=3600,
+        description="How far Slack's clock may be from Redis's: a look-up for a lost post "
+        "reads this much more on each side.",
     )
     channel: str | None = Field(
         default=None,

@@ -18,3 +18,16 @@ SLACK_API_URL = "https://slack.com/api/"
 
 SLACK_TIMEOUT_SECONDS = 10
 """Longest wait for one Web API answer."""
+
+SLACK_HISTORY_CALLS_PER_MINUTE = 1.0
+"""Calls a minute to ``conversations.history`` (and, apart, to ``conversations.replies``)
+the whole deployment makes, to find a post whose answer was lost: Slack allows apps outside
+the Marketplace one. A Marketplace app may raise it (Slack's tier 3: 50)."""
+
+SLACK_HISTORY_PAGE_SIZE = 15
+"""Messages asked for per page of those methods (Slack gives apps outside the Marketplace
+15 at most)."""
+
+SLACK_CLOCK_SKEW_SECONDS = 10.0
+"""How far Slack's clock (message ts) may be from Redis's: a look-up for a lost post reads
+this much more on each side of the time the post was tried."""

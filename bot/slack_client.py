@@ -26,22 +26,30 @@ AMBIGUOUS_ERRORS: tuple[type[Exception], ...] = (
 may have been made; a read may be repeated)."""
 
 
-def make_web_client(settings: Settings, *, timeout: int | None = None) -> WebClient:
+def make_web_client(
+    settings: Settings, *, timeout: float | None = None, retry_rate_limits: bool = True
+) -> WebClient:
     """A ``WebClient`` for the bot token, pointed at ``SLACK_API_URL``.
 
-    slack_sdk retries only one connection error by default; we add retries that honour a
-    429's ``Retry-After`` and back off on 5xx, so a short Slack hiccup never fails a job.
-    ``timeout`` defaults to ``HANDOFF_SLACK_TIMEOUT_SECONDS``.
+    slack_sdk retries only one connection error by default; we add retries that back off on
+    5xx, so a short Slack hiccup never fails a job, and (with ``retry_rate_limits``) retries
+    that sleep out a 429's ``Retry-After``. Workers pass ``retry_rate_limits=False``: a
+    worker asleep inside a job holds up every task behind it, so a 429 ends the attempt and
+    the task is put off for ``Retry-After`` instead. ``timeout`` defaults to
+    ``HANDOFF_SLACK_TIMEOUT_SECONDS``.
     """
+    handlers: list[RetryHandler] = [
+        ConnectionErrorRetryHandler(max_retry_count=2),
+        ServerErrorRetryHandler(max_retry_count=2),
+    ]
+    if retry_rate_limits:
+        handlers.append(RateLimitErrorRetryHandler(max_retry_count=3))
     return WebClient(
         token=settings.slack_bot_token,
         base_url=settings.slack_api_url,
-        timeout=timeout or settings.slack_timeout_seconds,
-        retry_handlers=[
-            ConnectionErrorRetryHandler(max_retry_count=2),
-            RateLimitErrorRetryHandler(max_retry_count=3),
-            ServerErrorRetryHandler(max_retry_count=2),
-        ],
+        # slack_sdk annotates an int, and hands it to urllib, which takes float seconds.
+        timeout=timeout or settings.slack_timeout_seconds,  # type: ignore[arg-type]
+        retry_handlers=handlers,
     )
 
 
@@ -49,12 +57,15 @@ def posting_client(client: WebClient) -> WebClient:
     """A twin of ``client`` (same token, URL and timeout) for posts that must not be
     repeated blindly.
 
-    It retries only 429s, after which Slack has done nothing. After a lost answer (timeout,
-    reset) or a 5xx, Slack may have posted: repeating the call could leave a second message
-    with live buttons, so the caller looks for the first one before posting again (see
-    ``bot.delivery.posting``).
+    It retries only 429s, after which Slack has done nothing, and only if ``client`` does.
+    After a lost answer (timeout, reset) or a 5xx, Slack may have posted: repeating the call
+    could leave a second message with live buttons, so the caller looks for the first one
+    before posting again (see ``bot.delivery.posting``).
     """
-    return _twin(client, token=client.token, retry_handlers=[RateLimitErrorRetryHandler(3)])
+    handlers: list[RetryHandler] = [
+        h for h in client.retry_handlers if isinstance(h, RateLimitErrorRetryHandler)
+    ]
+    return _twin(client, token=client.token, retry_handlers=handlers)
 
 
 def tokenless(client: WebClient) -> WebClient:

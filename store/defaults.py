@@ -4,7 +4,12 @@ NAMESPACE = "ho"
 """Key namespace; every key of a deployment starts with ``{NAMESPACE}:`` (one hash tag)."""
 
 QUEUE_NAME = "handoff"
-"""The one RQ queue for delivery and resume jobs (one queue keeps BLMOVE dequeues atomic)."""
+"""The RQ queue of resume jobs. Slack work (posts, message updates, reminders, escalations)
+has a queue of its own, this name plus ``SLACK_QUEUE_SUFFIX``, so that a resume never waits
+behind a Slack call; each worker listens on one queue (BLMOVE dequeues stay atomic)."""
+
+SLACK_QUEUE_SUFFIX = "-slack"
+"""Appended to the queue name for the queue of Slack work."""
 
 MAX_PAYLOAD_BYTES = 64 * 1024
 """Largest accepted context + payload, measured as UTF-8 JSON."""
@@ -26,6 +31,10 @@ DELIVERY_TIMEOUT_SECONDS = 60
 
 LEASE_GRACE_SECONDS = 5
 """Extra time past a job's timeout before its lease lapses and another attempt may start."""
+
+MAX_DEFERRALS = 100
+"""Times a round of a task may be put off because Slack asked to wait (a rate limit) without
+spending an attempt; past that, each counts as a failed attempt."""
 
 RETRY_BACKOFF_SECONDS = 2.0
 """First retry delay; each further retry doubles it."""

@@ -26,6 +26,11 @@ key                                    type    contents
                                                (expires)
 ``{ns}:msg:<channel>:<ts>``            string  handoff id of a posted Slack message
 ``{ns}:event:<event_id>``              string  Slack event already handled (expires)
+``{ns}:op:<operation id>``             string  what a script call did, for its resend after
+                                               a lost reply (expires after 2 minutes)
+``{ns}:budget:<name>``                 string  when the next call of a rate-limited API may
+                                               be made (ms; expires)
+``{ns}:budget:<name>:held``            zset    holder -> the call kept for it (ms; expires)
 ``{ns}:retention``                     zset    decided id -> when it may be purged (ms)
 ``{ns}:wake``                          list    at most one token; wakes the dispatcher
 ``{ns}:decided:<id>``                  pubsub  status published when the handoff is decided
@@ -138,6 +143,14 @@ class KeySpace:
     def seen_event(self, event_id: str) -> str:
         """Marker of a Slack event already handled (Slack retries events)."""
         return f"{self.prefix}event:{event_id}"
+
+    def budget(self, name: str) -> str:
+        """A budget of calls to a rate-limited API, shared by the deployment's processes."""
+        return f"{self.prefix}budget:{name}"
+
+    def budget_reservations(self, name: str) -> str:
+        """The calls of a budget kept for those waiting their turn."""
+        return f"{self.prefix}budget:{name}:held"
 
     def decided_channel(self, handoff_id: str) -> str:
         """The pub/sub channel on which a decision is announced."""

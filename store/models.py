@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
@@ -195,6 +196,23 @@ class ResumeData(_Strict):
     def _storable_text(cls, data: Any) -> Any:
         # What people type (a comment, an answer, edited arguments) may hold half an emoji.
         return well_formed(data)
+
+
+@dataclass(frozen=True)
+class PostWindow:
+    """When a post of a task may have reached Slack without its answer reaching us: an
+    attempt's call went unanswered, or its worker was lost, between ``start`` and ``end``
+    (epoch seconds, by Redis's clock; ``end`` None: until now, the attempt under way).
+
+    The next attempt looks for the post in that window, and only then, before posting again.
+    ``read``: how far an earlier look-up cut short got, as a Slack message ts (the messages
+    of the window beyond it, on the side the look-up starts from, were read).
+    Example: ``PostWindow(1764643200.0, 1764643212.5)``.
+    """
+
+    start: float
+    end: float | None = None
+    read: str | None = None
 
 
 class TaskProgress(BaseModel):

@@ -5,12 +5,13 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import math
 import os
 import secrets
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from pydantic_core import to_json
 from redis import Redis
@@ -37,6 +38,7 @@ from store.models import (
     Handoff,
     HandoffRequest,
     Page,
+    PostWindow,
     RequestType,
     ResumeData,
     Status,
@@ -143,11 +145,22 @@ class StoreConfig:
 
 @dataclass(frozen=True)
 class TaskStart:
-    """What ``begin_task`` decided: ``run`` (with the attempt and handoff) or why not."""
+    """What ``begin_task`` decided: ``run`` (with the attempt and handoff) or why not.
+
+    ``started_at`` is when the attempt began, in epoch seconds by Redis's clock;
+    ``unanswered`` is when an earlier attempt's post may have landed unanswered (None: no
+    post of the task is unaccounted for, so there is nothing to look for).
+    """
 
     action: str
     attempt: int = 0
     handoff: Handoff | None = None
+    started_at: float = 0.0
+    unanswered: PostWindow | None = None
+
+
+UNCHANGED: Literal["unchanged"] = "unchanged"
+"""``finish_task(unanswered=UNCHANGED)``: the attempt says nothing of what it posted."""
 
 
 @dataclass(frozen=True)
@@ -195,6 +208,7 @@ class HandoffStore:
                 "PURGE_DECIDED",
                 "RECORD_AUDIT",
                 "REASSIGN",
+                "TAKE_BUDGET",
                 "READ",
                 "READ_MANY",
             )
@@ -736,10 +750,18 @@ class HandoffStore:
         action = as_text(result[0])
         if action != "run":
             return TaskStart(action=action)
+        unanswered_from, unanswered_to = int(result[4]), int(result[5])
+        read = as_text(result[6]) or None
         return TaskStart(
             action="run",
             attempt=int(result[1]),
             handoff=self.from_document(handoff_id, result[2]),
+            started_at=int(result[3]) / 1000,
+            unanswered=(
+                PostWindow(unanswered_from / 1e6, unanswered_to / 1e6, read)
+                if unanswered_from
+                else None
+            ),
         )
 
     def finish_task(
@@ -751,10 +773,20 @@ class HandoffStore:
         error: str | None = None,
         message_refs: dict[str, Any] | None = None,
         permanent: bool = False,
+        defer_seconds: float = 0.0,
+        unanswered: PostWindow | Literal["unchanged"] | None = UNCHANGED,
     ) -> str:
-        """Record the end of an attempt; returns ``completed``, ``retrying``, ``failed``,
-        ``undeliverable`` or ``stale`` (the attempt no longer holds the lease, so nothing
-        was written).
+        """Record the end of an attempt; returns ``completed``, ``retrying``, ``deferred``,
+        ``failed``, ``undeliverable`` or ``stale`` (the attempt no longer holds the lease, so
+        nothing was written).
+
+        ``defer_seconds`` (with an ``error``): Slack asked to wait that long (a rate limit):
+        the task runs again then, and the attempt does not count against its attempts (up
+        to ``defaults.MAX_DEFERRALS`` times a round; then it counts, and is retried no
+        sooner). ``unanswered``: where a post of this task may have landed unanswered, as
+        this attempt leaves it (None: nowhere; a window whose ``end`` is None runs until
+        now); the next attempt is given it (``TaskStart.unanswered``). A completed attempt
+        leaves nothing to look for.
 
         ``permanent``: the attempt failed in a way no retry can fix (Slack refused the
         message: an archived channel, a revoked token), so the task fails now instead of
@@ -775,6 +807,10 @@ class HandoffStore:
                 json.dumps(extra) if extra else "{}",
                 "1" if permanent and error is not None else "0",
                 int(self.config.retention_seconds * 1000),
+                _unanswered_verdict(unanswered),
+                int(defer_seconds * 1000) if error is not None and defer_seconds > 0 else 0,
+                defaults.MAX_DEFERRALS,
+                _new_operation_id(),
             ],
         )
         return as_text(result[0])
@@ -930,6 +966,23 @@ def _fitting_types(
         corrected_draft="" if has_corrected_draft else None,
     )
     return " ".join(t.value for t in RequestType if decision_problem(t, probe) is None)
+
+
+def _unanswered_verdict(unanswered: PostWindow | Literal["unchanged"] | None) -> str:
+    """``finish_task``'s ``unanswered`` as FINISH_TASK reads it (see ``note_unanswered``):
+    microseconds, rounded outwards, so a window never loses a message it may hold."""
+    if unanswered == UNCHANGED:
+        return ""
+    if unanswered is None:
+        return "none"
+    assert isinstance(unanswered, PostWindow)
+    start = max(math.floor(unanswered.start * 1e6), 1)
+    read = unanswered.read or ""
+    if not all(c.isdigit() or c == "." for c in read):
+        raise ValueError(f"a read mark is a Slack message ts, not {read!r}")
+    if unanswered.end is None:
+        return f"since:{start}:{read}"
+    return f"window:{start}:{max(math.ceil(unanswered.end * 1e6), start)}:{read}"
 
 
 def _new_decision_id() -> str:

@@ -19,16 +19,21 @@ local P = ARGV[1]
 
 local EVENTS = {
   deliver = {started = 'delivery_started', ok = 'delivered', retry = 'delivery_attempt_failed',
-             failed = 'delivery_failed', retry_requested = 'delivery_retry_requested'},
+             failed = 'delivery_failed', retry_requested = 'delivery_retry_requested',
+             deferred = 'delivery_deferred'},
   resume = {started = 'resume_started', ok = 'resumed', retry = 'resume_attempt_failed',
-            failed = 'resume_failed', retry_requested = 'resume_retry_requested'},
+            failed = 'resume_failed', retry_requested = 'resume_retry_requested',
+            deferred = 'resume_deferred'},
   notify = {started = 'update_started', ok = 'message_updated', retry = 'update_attempt_failed',
-            failed = 'update_failed', retry_requested = 'update_retry_requested'},
+            failed = 'update_failed', retry_requested = 'update_retry_requested',
+            deferred = 'update_deferred'},
   remind = {started = 'reminder_started', ok = 'reminded', retry = 'reminder_attempt_failed',
-            failed = 'reminder_failed', retry_requested = 'reminder_retry_requested'},
+            failed = 'reminder_failed', retry_requested = 'reminder_retry_requested',
+            deferred = 'reminder_deferred'},
   escalate = {started = 'escalation_started', ok = 'escalated',
               retry = 'escalation_attempt_failed', failed = 'escalation_failed',
-              retry_requested = 'escalation_retry_requested'},
+              retry_requested = 'escalation_retry_requested',
+              deferred = 'escalation_deferred'},
 }
 
 -- Timers that only make sense while a handoff is pending.
@@ -114,6 +119,7 @@ local function plan_task(set, outbox, id, k, at, state, attempt, max)
   end
   table.insert(set, k .. '_state'); table.insert(set, 'queued')
   table.insert(set, k .. '_limit'); table.insert(set, tonumber(attempt or 0) + max)
+  table.insert(set, k .. '_deferred'); table.insert(set, 0)
   table.insert(outbox, at); table.insert(outbox, k .. ':' .. id)
 end
 
@@ -292,6 +298,46 @@ local function close_undeliverable(id, hkey, at, reason, retention_ms)
   return true
 end
 
+-- When a post of a task may have reached Slack with its answer lost: an attempt whose call
+-- went unanswered, or whose worker was lost, between ``_unans_from`` and ``_unans_to``
+-- (microseconds, by the server's clock); ``_unans_read`` is how far a look-up cut short by
+-- the rate limit got (a Slack message ts: the part of the window beyond it was read). The
+-- next attempt looks there (and only then) before posting again. ``verdict`` is the
+-- attempt's report: 'none' (nothing is unaccounted for), 'since:<us>:<read ts or empty>'
+-- (from then until now, this attempt included) or 'window:<from>:<to>:<read ts or empty>'
+-- (what is left of an earlier window). Resume tasks post nothing.
+local UNANSWERED = {'_unans_from', '_unans_to', '_unans_read'}
+
+local function forget_unanswered(hkey, k)
+  redis.call('HDEL', hkey, k .. UNANSWERED[1], k .. UNANSWERED[2], k .. UNANSWERED[3])
+end
+
+local function note_unanswered(hkey, k, verdict, now)
+  if k == 'resume' or verdict == nil or verdict == '' then return end
+  local from, to, read
+  local since, since_read = string.match(verdict, '^since:(%d+):([%d.]*)$')
+  if since then
+    from, to, read = tonumber(since), now * 1000, since_read
+  else
+    local a, b, c = string.match(verdict, '^window:(%d+):(%d+):([%d.]*)$')
+    from, to, read = tonumber(a), tonumber(b), c
+  end
+  if from and to and from <= to then
+    -- Sixteen digits: written with %d, as Lua's own conversion keeps only fourteen.
+    redis.call('HSET', hkey, k .. UNANSWERED[1], string.format('%d', from),
+               k .. UNANSWERED[2], string.format('%d', to), k .. UNANSWERED[3], read)
+  else
+    forget_unanswered(hkey, k)
+  end
+end
+
+-- The window as BEGIN_TASK reports it: from, to (us; 0, 0 for none) and the read mark.
+local function unanswered_of(hkey, k)
+  local w = redis.call('HMGET', hkey, k .. UNANSWERED[1], k .. UNANSWERED[2],
+                       k .. UNANSWERED[3])
+  return tonumber(w[1] or 0), tonumber(w[2] or 0), w[3] or ''
+end
+
 -- A task that is out of attempts, or failed for good (``permanent``). Work asked for while
 -- its last attempt ran (``_dirty``: a reassignment, a decision to show) was not done by
 -- that attempt: it gets a fresh round instead of being dropped. Otherwise the task is
@@ -420,26 +466,44 @@ return {'ok'}
 
 # KEYS[1] handoff hash.  ARGV: prefix, id, task kind, run token, retention ms (for a
 # delivery out of attempts, which closes its handoff 'undeliverable').
-# Starts an attempt under a lease; the attempt number is the fencing token.
+# Starts an attempt under a lease; the attempt number is the fencing token. Returns
+# {'run', attempt, document, started at ms, unanswered from us, unanswered to us, how far
+# a look-up read} (the window is 0, 0 when no post is unaccounted for), or {reason}.
 BEGIN_TASK = (
     PRELUDE
     + """
 local id, hkey, k, token = ARGV[2], KEYS[1], ARGV[3], ARGV[4]
 if redis.call('EXISTS', hkey) == 0 then return {'missing'} end
 local f = redis.call('HMGET', hkey, k .. '_state', k .. '_attempt', k .. '_limit',
-                     k .. '_lease', k .. '_token')
+                     k .. '_lease', k .. '_token', k .. '_started')
 local state = f[1] or 'none'
 if state == 'completed' or state == 'failed' or state == 'none' then return {state} end
 local now = now_ms()
 local member = k .. ':' .. id
+local function started(attempt, at)
+  local from, to, read = unanswered_of(hkey, k)
+  return {'run', attempt, handoff_document(hkey, id), at, from, to, read}
+end
 if (k == 'remind' or k == 'escalate') and redis.call('HGET', hkey, 'status') ~= 'pending' then
   redis.call('HSET', hkey, k .. '_state', 'none')
   redis.call('ZREM', P .. 'outbox', member)
   return {'none'}
 end
 if state == 'running' and tonumber(f[4] or 0) > now then
-  if f[5] == token then return {'run', tonumber(f[2]), handoff_document(hkey, id)} end
+  if f[5] == token then return started(tonumber(f[2]), tonumber(f[6] or now)) end
   return {'busy'}
+end
+if state == 'running' and k ~= 'resume' then
+  -- The last attempt never reported (its worker was lost): whatever it posted, it posted
+  -- between its start and its lease's end, and nobody heard the answer. Merged with an
+  -- earlier window, the whole is to be read again.
+  local from = tonumber(f[6] or 0)
+  if from == 0 then from = now end
+  local to = math.max(math.min(tonumber(f[4] or now), now), from)
+  from, to = from * 1000, to * 1000
+  local was_from, was_to = unanswered_of(hkey, k)
+  if was_from > 0 then from, to = math.min(from, was_from), math.max(to, was_to) end
+  note_unanswered(hkey, k, string.format('window:%d:%d:', from, to), now)
 end
 local attempt = tonumber(f[2] or 0) + 1
 if attempt > tonumber(f[3] or 0) then
@@ -452,29 +516,38 @@ if attempt > tonumber(f[3] or 0) then
 end
 local lease = now + timeout_ms(hkey, k) + tonumber(policy(hkey).lease_grace_ms)
 redis.call('HSET', hkey, k .. '_state', 'running', k .. '_attempt', attempt, k .. '_lease', lease,
-           k .. '_token', token, k .. '_dirty', '0')
+           k .. '_token', token, k .. '_dirty', '0', k .. '_started', now)
 redis.call('HINCRBY', hkey, 'version', 1)
 -- If this attempt dies, the dispatcher finds the entry again once the lease has lapsed.
 redis.call('ZADD', P .. 'outbox', lease, member)
 audit(id, EVENTS[k].started, 'worker', now, {attempt = attempt})
-return {'run', attempt, handoff_document(hkey, id)}
+return started(attempt, now)
 """
 )
 
 # KEYS[1] handoff hash.
 # ARGV: prefix, id, task kind, attempt, succeeded (1/0), error text, extra hash fields json,
-#       failed for good, no use retrying (1/0), retention ms (for a delivery that gives up).
+#       failed for good, no use retrying (1/0), retention ms (for a delivery that gives up),
+#       unanswered verdict (see note_unanswered; '' leaves it), put off for ms (0: not; Slack
+#       asked to wait: the attempt is not counted, up to the most deferrals), most deferrals,
+#       operation id.
 FINISH_TASK = (
     PRELUDE
     + """
-local id, hkey, k = ARGV[2], KEYS[1], ARGV[3]
+local id, hkey, k, op = ARGV[2], KEYS[1], ARGV[3], ARGV[13]
+local saved = replayed(op)
+if saved then return saved end
 local f = redis.call('HMGET', hkey, k .. '_state', k .. '_attempt', k .. '_limit')
 if f[1] ~= 'running' or f[2] ~= ARGV[4] then return {'stale', f[1] or '', f[2] or ''} end
 local now = now_ms()
 local member = k .. ':' .. id
 local attempt = tonumber(ARGV[4])
+note_unanswered(hkey, k, ARGV[10], now)
 if ARGV[5] == '1' then
-  redis.call('HSET', hkey, k .. '_state', 'completed', k .. '_done_at', now, k .. '_lease', 0)
+  redis.call('HSET', hkey, k .. '_state', 'completed', k .. '_done_at', now, k .. '_lease', 0,
+             k .. '_deferred', 0)
+  -- Done: whatever it posted is known now.
+  forget_unanswered(hkey, k)
   for field, value in pairs(cjson.decode(ARGV[7])) do
     if field == 'message_refs' then
       -- Merge, so that two tasks adding different references never drop each other's.
@@ -504,22 +577,37 @@ if ARGV[5] == '1' then
       queue_task(hkey, id, 'notify', now)
     end
   end
-  return {'completed'}
+  return remember(op, {'completed'})
+end
+local put_off = tonumber(ARGV[11]) or 0
+if put_off > 0 and ARGV[8] ~= '1' then
+  -- Slack asked to wait (a rate limit): nothing failed, so the attempt does not count; past
+  -- the most deferrals of a round, each counts as a failed attempt, retried no sooner.
+  if redis.call('HINCRBY', hkey, k .. '_deferred', 1) <= tonumber(ARGV[12]) then
+    redis.call('HSET', hkey, k .. '_state', 'retrying', k .. '_error', ARGV[6],
+               k .. '_lease', 0, k .. '_limit', tonumber(f[3]) + 1)
+    redis.call('HINCRBY', hkey, 'version', 1)
+    redis.call('ZADD', P .. 'outbox', now + put_off, member)
+    audit(id, EVENTS[k].deferred, 'worker', now,
+          {attempt = attempt, error = ARGV[6], retry_in_ms = put_off})
+    return remember(op, {'deferred', now + put_off})
+  end
 end
 redis.call('HSET', hkey, k .. '_error', ARGV[6], k .. '_lease', 0)
 redis.call('HINCRBY', hkey, 'version', 1)
 if attempt >= tonumber(f[3]) or ARGV[8] == '1' then
   local outcome = give_up(id, hkey, k, now, attempt, ARGV[6], ARGV[8] == '1', tonumber(ARGV[9]))
-  if outcome == 'retrying' then return {'retrying', now} end
-  return {outcome}
+  if outcome == 'retrying' then return remember(op, {'retrying', now}) end
+  return remember(op, {outcome})
 end
 local delay = math.min(tonumber(policy(hkey).backoff_ms) * 2 ^ (attempt - 1),
                        tonumber(policy(hkey).backoff_max_ms))
+delay = math.max(delay, put_off)
 redis.call('HSET', hkey, k .. '_state', 'retrying')
 redis.call('ZADD', P .. 'outbox', now + delay, member)
 audit(id, EVENTS[k].retry, 'worker', now,
       {attempt = attempt, error = ARGV[6], retry_in_ms = delay})
-return {'retrying', now + delay}
+return remember(op, {'retrying', now + delay})
 """
 )
 
@@ -719,5 +807,66 @@ READ_MANY = (
 local documents = {}
 for i, hkey in ipairs(KEYS) do documents[i] = handoff_document(hkey, ARGV[i + 1]) end
 return documents
+"""
+)
+
+# KEYS[1] the budget (a hash: ``next``, when the next call nobody holds is free, and
+# ``last``, when the last call was made; ms); KEYS[2] its reservations (a zset: holder ->
+# the call kept for it, ms).
+# ARGV: prefix, ms between two calls, hold ms (0: take a call), operation id, holder ('' for
+# none).
+# A budget of calls to a rate-limited API shared by every process of a deployment, by the
+# server's clock. Returns 0 when the call may be made now (and takes it), else the ms to
+# wait. Two calls are never closer than the interval, however late their callers come. A
+# holder that must wait gets the next free call kept for it (calls are handed out in turn,
+# so nobody waits forever behind luckier callers) and comes back for it then. A hold (Slack
+# answered 429 all the same, say to another app on the same token) pushes every call back.
+TAKE_BUDGET = (
+    PRELUDE
+    + """
+local saved = replayed(ARGV[4])
+if saved then return saved[1] end
+local now = now_ms()
+local b = redis.call('HMGET', KEYS[1], 'next', 'last')
+local next_at, last = tonumber(b[1] or 0), tonumber(b[2] or 0)
+local interval = tonumber(ARGV[2])
+local hold = tonumber(ARGV[3])
+local holder = ARGV[5] or ''
+local function keep_until(at)
+  redis.call('PEXPIRE', KEYS[1], math.max(at - now, 0) + interval + 1000)
+end
+if hold > 0 then
+  -- Slack wants no call before now + hold: neither a free one nor a kept one.
+  redis.call('HSET', KEYS[1], 'next', math.max(next_at, now + hold),
+             'last', math.max(last, now + hold - interval))
+  keep_until(math.max(next_at, now + hold))
+  return 0
+end
+local function granted()
+  redis.call('HSET', KEYS[1], 'last', now, 'next', math.max(next_at, now + interval))
+  keep_until(math.max(next_at, now + interval))
+  return remember(ARGV[4], {0})[1]
+end
+local spacing = last + interval - now
+if holder ~= '' then
+  local kept = redis.call('ZSCORE', KEYS[2], holder)
+  if kept then
+    kept = tonumber(kept)
+    if kept > now then return kept - now end
+    if spacing > 0 then return spacing end
+    redis.call('ZREM', KEYS[2], holder)
+    return granted()
+  end
+end
+if next_at <= now and spacing <= 0 then return granted() end
+local free_at = math.max(next_at, last + interval)
+if holder == '' then return free_at - now end
+redis.call('ZADD', KEYS[2], free_at, holder)
+redis.call('HSET', KEYS[1], 'next', free_at + interval)
+keep_until(free_at + interval)
+-- A holder that never came back (its handoff decided meanwhile) is forgotten in an hour.
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - 3600000)
+redis.call('PEXPIRE', KEYS[2], free_at - now + 3600000)
+return free_at - now
 """
 )

@@ -107,6 +107,7 @@ class WorkerProcesses:
             **os.environ,
             "REDIS_URL": self.redis_url,
             "HANDOFF_SWEEP_INTERVAL_SECONDS": "0.1",
+            "HANDOFF_SLACK_HISTORY_CALLS_PER_MINUTE": "6000",  # as in tests.support.slack_env
             "PYTHONPATH": str(ROOT),
             **(extra_env or {}),
         }

@@ -10,14 +10,17 @@ from rq.job import Job, JobStatus
 
 from worker.client import Handoffs
 from worker.dispatcher import Dispatcher
-from worker.runner import make_queue
+from worker.queues import TaskQueues
 
 VISIBILITY = 0.2
 
 
 def _dispatcher(handoffs: Handoffs) -> Dispatcher:
     return Dispatcher(
-        handoffs.store, make_queue(handoffs.redis), interval=0.05, dispatch_timeout=VISIBILITY
+        handoffs.store,
+        TaskQueues.named(handoffs.redis),
+        interval=0.05,
+        dispatch_timeout=VISIBILITY,
     )
 
 
@@ -41,7 +44,7 @@ def test_a_job_still_waiting_in_the_queue_is_not_dispatched_again(
     for _ in range(3):
         _after_visibility(dispatcher)
 
-    assert dispatcher.queue.count == 3, "a backlog longer than the timeout is not copied"
+    assert dispatcher.queues.slack.count == 3, "a backlog longer than the timeout is not copied"
 
 
 def test_a_job_taken_by_a_worker_that_died_is_dispatched_again(
@@ -50,7 +53,7 @@ def test_a_job_taken_by_a_worker_that_died_is_dispatched_again(
     dispatcher = _dispatcher(handoffs)
     _approval(handoffs)
     dispatcher.tick()
-    queue = dispatcher.queue
+    queue = dispatcher.queues.slack  # a delivery is Slack work
     # A worker pops the job (into RQ's intermediate queue) and dies before starting it.
     [lost] = queue.get_job_ids()
     redis.lmove(queue.key, queue.intermediate_queue_key, "LEFT", "RIGHT")
@@ -66,7 +69,7 @@ def test_a_started_or_vanished_job_is_dispatched_again(redis: Redis, handoffs: H
     _approval(handoffs)
     _approval(handoffs)
     dispatcher.tick()
-    queue = dispatcher.queue
+    queue = dispatcher.queues.slack  # a delivery is Slack work
     started, vanished = (Job.fetch(job_id, connection=redis) for job_id in queue.get_job_ids())
     # One was started by a worker that then died; the other's record is gone altogether.
     redis.delete(queue.key)

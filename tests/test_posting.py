@@ -2,19 +2,34 @@
 
 from __future__ import annotations
 
+import time
+import types
 from collections.abc import Iterator
 
 import pytest
+from redis import Redis
 from slack_sdk.errors import SlackApiError
 
-from bot.delivery.posting import AnswerLost, Poster, PostTag, delete_extra
+from bot.delivery.posting import (
+    AnswerLost,
+    LookUps,
+    Poster,
+    PostRefused,
+    PostTag,
+    delete_extra,
+)
 from bot.standin import Message, SlackStandIn
+from store.ids import new_handoff_id
+from store.models import HandoffRequest, TaskKind
+from store.repository import HandoffStore
 from tests.support.impatient_slack import (
     LATE,
     impatient_client,
+    looking_back,
     running_standin,
     settling_poster,
 )
+from worker.notifier import Attempt, DeliveryFailed
 
 CHANNEL = "C0APPROVALS"
 TAG = PostTag("handoff_posted", {"handoff_id": "ho_01", "run_id": "run-1"})
@@ -96,23 +111,30 @@ def test_a_post_that_failed_before_slack_posted_is_posted_again_once(
     assert len(slack.calls("chat.postMessage")) == 2
 
 
-def test_a_rate_limited_post_is_retried_without_looking(
+def test_a_rate_limited_post_ends_the_attempt_with_slacks_retry_after_without_looking(
     slack: SlackStandIn, poster: Poster
 ) -> None:
-    slack.fail_next("chat.postMessage", status=429, retry_after=0)
+    slack.fail_next("chat.postMessage", status=429, retry_after=7)
+    started = time.monotonic()
 
-    ts = _post(poster)
+    with pytest.raises(PostRefused) as limited:
+        _post(poster)
 
-    assert [m.ts for m in _live(slack)] == [ts]
-    assert [c.http_status for c in slack.calls("chat.postMessage")] == [429, 200]
+    assert limited.value.retry_after == 7
+    assert limited.value.unanswered is None, "Slack answered: nothing to look for"
+    assert time.monotonic() - started < 1, "the poster sleeps out no Retry-After"
+    assert [c.http_status for c in slack.calls("chat.postMessage")] == [429]
     assert slack.calls("conversations.history") == []
 
 
 def test_a_rejected_post_is_raised_as_slack_said(slack: SlackStandIn, poster: Poster) -> None:
     slack.fail_next("chat.postMessage", error="channel_not_found")
 
-    with pytest.raises(SlackApiError, match="channel_not_found"):
+    with pytest.raises(PostRefused, match="channel_not_found") as refused:
         _post(poster)
+
+    assert isinstance(refused.value.slack_error, SlackApiError)
+    assert refused.value.retry_after is None
     assert slack.calls("conversations.history") == []
 
 
@@ -120,13 +142,22 @@ def test_answers_lost_every_time_raise_answer_lost_and_a_later_attempt_posts_onc
     slack: SlackStandIn, poster: Poster
 ) -> None:
     slack.fail_next("chat.postMessage", reset_connection=True, times=poster.tries)
-    with pytest.raises(AnswerLost):
+    with pytest.raises(AnswerLost) as lost:
         _post(poster)
     assert _live(slack) == []
+    assert lost.value.unanswered is not None, "the next attempt must look"
 
-    ts = _post(poster, since=0.0)
+    ts = _post(poster, attempt=Attempt(2, unanswered=lost.value.unanswered))
 
     assert [m.ts for m in _live(slack)] == [ts]
+
+
+def test_a_first_attempt_posts_without_looking(slack: SlackStandIn, poster: Poster) -> None:
+    _post(poster)
+    _post(poster, attempt=Attempt(5))  # a retry after a clear refusal: nothing to look for
+
+    assert slack.calls("conversations.history") == []
+    assert len(_live(slack)) == 2
 
 
 def test_a_later_attempt_adopts_the_earlier_post_and_neutralises_extra_copies(
@@ -136,7 +167,7 @@ def test_a_later_attempt_adopts_the_earlier_post_and_neutralises_extra_copies(
     first = _post(poster)
     second = _post(poster)
 
-    kept = _post(poster, since=0.0)
+    kept = _post(poster, attempt=looking_back())
 
     assert kept == first
     assert [m.ts for m in _live(slack)] == [first]
@@ -149,7 +180,7 @@ def test_known_and_foreign_messages_with_the_same_metadata_are_never_adopted(
 ) -> None:
     old = _post(poster)  # e.g. the message a reassignment left behind
 
-    new = _post(poster, since=0.0, exclude={old})
+    new = _post(poster, attempt=looking_back(), exclude={old})
 
     assert new != old
     assert len(slack.calls("chat.postMessage")) == 2
@@ -168,3 +199,61 @@ def test_a_thread_reply_is_looked_for_in_its_thread(slack: SlackStandIn, poster:
     assert [m.ts for m in slack.thread(CHANNEL, parent)] == [posted.ts]
     assert posted.adopted
     assert len(slack.calls("conversations.replies")) == 1
+
+
+def test_a_worker_whose_clock_runs_a_minute_fast_still_finds_its_lost_post(
+    slack: SlackStandIn, poster: Poster, redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The window of a lost post is timed by Redis's clock (the attempt's start), never by
+    the worker's: a worker 60 s fast would look after its own post and post again."""
+    store = HandoffStore(redis)
+    handoff_id = store.create(
+        HandoffRequest(
+            run_id="r",
+            thread_id="t",
+            request_type="approval",
+            payload={"kind": "approval", "action": {"name": "refund", "args": {}}},
+        ),
+        handoff_id=new_handoff_id(),
+    ).handoff.id
+    start = store.begin_task(handoff_id, TaskKind.DELIVER, run_token="job-1")
+    fast = types.SimpleNamespace(time=lambda: time.time() + 60, sleep=time.sleep)
+    monkeypatch.setattr("bot.delivery.posting.time", fast)
+    slack.fail_next("chat.postMessage", reset_connection=True, carried_out=True)
+
+    posted = poster.post(
+        channel=CHANNEL,
+        tag=TAG,
+        neutralise=delete_extra,
+        text="Approve?",
+        blocks=BUTTONS,
+        attempt=Attempt(start.attempt, start.started_at, start.unanswered),
+    )
+
+    assert posted.adopted
+    assert [m.ts for m in _live(slack)] == [posted.ts]
+    assert len(slack.calls("chat.postMessage")) == 1
+
+
+def test_a_page_that_held_the_post_is_read_again_when_a_later_page_fails(
+    slack: SlackStandIn, poster: Poster
+) -> None:
+    """The post is on the first page; the second page fails: the next attempt must not
+    take the first page as read (it would post a second live copy)."""
+    earlier = looking_back()
+    _post(poster)
+    for n in range(20):
+        slack.message_event("U0ALICE", CHANNEL, f"chatter {n}")
+    ours = _post(poster)  # the newest: on the first page of 15 (the other is on the second)
+    slack.fail_next("conversations.history", error="internal_error", after=1)
+    paged = Poster(poster.client, settle_seconds=0, look_ups=LookUps(page_size=15))
+
+    with pytest.raises(DeliveryFailed) as cut_short:
+        _post(paged, attempt=earlier)
+    again = Attempt(3, unanswered=cut_short.value.unanswered)
+    kept = _post(paged, attempt=again)
+
+    assert cut_short.value.unanswered is not None
+    assert cut_short.value.unanswered.read is None, "the page with the post counts as unread"
+    assert kept != ours and [m.ts for m in _live(slack)] == [kept], "the first copy kept"
+    assert len(slack.calls("chat.postMessage")) == 2

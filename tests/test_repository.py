@@ -25,6 +25,7 @@ from store.ids import new_handoff_id
 from store.models import (
     Handoff,
     HandoffRequest,
+    PostWindow,
     RequestType,
     ResumeData,
     Status,
@@ -1578,3 +1579,134 @@ def test_a_refused_post_after_a_reassignment_leaves_the_posted_handoff_pending(
     assert (TaskKind.DELIVER, handoff.id) in store.failed_tasks()
     decided = store.decide(handoff.id, Status.APPROVED, decided_by="U0REVIEWER")
     assert decided.status is Status.APPROVED
+
+
+# -- Slack's rate limits and lost answers: what an attempt leaves for the next ----------
+
+
+def test_a_rate_limited_attempt_is_put_off_for_retry_after_without_spending_an_attempt(
+    redis: Redis, store: HandoffStore
+) -> None:
+    handoff = create(store)  # 3 delivery attempts (fast_tasks)
+    for number in range(1, 6):
+        start = store.begin_task(handoff.id, TaskKind.DELIVER, run_token=f"job-{number}")
+        assert start.action == "run", f"deferral {number} spent the delivery's attempts"
+        verdict = store.finish_task(
+            handoff.id,
+            TaskKind.DELIVER,
+            attempt=start.attempt,
+            error="Slack rate-limits chat.postMessage",
+            defer_seconds=30,
+        )
+        assert verdict == "deferred"
+        due_at = redis.zscore(store.keys.outbox, f"deliver:{handoff.id}")
+        assert due_at is not None
+        assert 29_000 <= due_at - redis.time()[0] * 1000 <= 31_000, "due after Retry-After"
+        redis.zadd(store.keys.outbox, {f"deliver:{handoff.id}": 0})  # time passes
+
+    progress = store.get(handoff.id).delivery
+    assert progress.state is TaskState.RETRYING
+    assert progress.max_attempts - progress.attempt == 3, "five deferrals spent no attempt"
+    assert events(store, handoff.id).count("delivery_deferred") == 5
+    assert store.get(handoff.id).status is Status.PENDING
+
+
+def test_deferrals_past_the_most_of_a_round_count_as_failed_attempts(
+    redis: Redis, store: HandoffStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("store.defaults.MAX_DEFERRALS", 2)
+    handoff = create(store)
+    verdicts = []
+    for number in range(1, 6):
+        start = store.begin_task(handoff.id, TaskKind.DELIVER, run_token=f"job-{number}")
+        if start.action != "run":
+            break
+        verdicts.append(
+            store.finish_task(
+                handoff.id, TaskKind.DELIVER, attempt=start.attempt, error="429", defer_seconds=1
+            )
+        )
+        redis.zadd(store.keys.outbox, {f"deliver:{handoff.id}": 0})
+
+    assert verdicts == ["deferred", "deferred", "retrying", "retrying", "undeliverable"]
+
+
+def test_an_attempt_that_lost_a_posts_answer_leaves_its_window_to_the_next(
+    store: HandoffStore,
+) -> None:
+    handoff = create(store)
+    first = store.begin_task(handoff.id, TaskKind.DELIVER, run_token="job-1")
+    assert first.unanswered is None, "nothing is unaccounted for yet"
+    store.finish_task(
+        handoff.id,
+        TaskKind.DELIVER,
+        attempt=1,
+        error="answer lost",
+        unanswered=PostWindow(first.started_at),
+    )
+
+    second = store.begin_task(handoff.id, TaskKind.DELIVER, run_token="job-2")
+
+    assert second.unanswered is not None
+    assert second.unanswered.start == pytest.approx(first.started_at, abs=0.001)
+    assert first.started_at <= second.unanswered.end <= second.started_at
+    store.finish_task(
+        handoff.id, TaskKind.DELIVER, attempt=2, error="Slack said no", unanswered=None
+    )
+    third = store.begin_task(handoff.id, TaskKind.DELIVER, run_token="job-3")
+    assert third.unanswered is None, "a look-up that found nothing closes the window"
+
+
+def test_a_lost_worker_leaves_its_whole_lease_to_be_looked_at(
+    redis: Redis, store: HandoffStore
+) -> None:
+    handoff = create(store)
+    first = store.begin_task(handoff.id, TaskKind.DELIVER, run_token="job-1")
+    # Its worker dies mid-post; the lease lapses.
+    redis.hset(store.keys.handoff(handoff.id), "deliver_lease", int(first.started_at * 1000) + 5)
+    time.sleep(0.02)
+
+    second = store.begin_task(handoff.id, TaskKind.DELIVER, run_token="job-2")
+
+    assert second.attempt == 2 and second.unanswered is not None
+    assert second.unanswered.start == pytest.approx(first.started_at, abs=0.001)
+    assert second.unanswered.end == pytest.approx(first.started_at + 0.005, abs=0.001)
+
+
+def test_a_narrowed_window_is_kept_as_given_and_a_completed_task_forgets_it(
+    store: HandoffStore,
+) -> None:
+    handoff = create(store)
+    store.begin_task(handoff.id, TaskKind.DELIVER, run_token="job-1")
+    store.finish_task(
+        handoff.id,
+        TaskKind.DELIVER,
+        attempt=1,
+        error="budget spent",
+        defer_seconds=1,
+        unanswered=PostWindow(1_796_000_000.000123, 1_796_000_060.250456),
+    )
+    second = store.begin_task(handoff.id, TaskKind.DELIVER, run_token="job-2")
+    # Kept to Slack's microseconds (a look-up narrows it past messages a few µs apart),
+    # rounded outwards, never inwards.
+    kept = second.unanswered
+    assert kept is not None and kept.end is not None
+    assert 1_796_000_000.000122 <= kept.start <= 1_796_000_000.000123
+    assert 1_796_000_060.250456 <= kept.end <= 1_796_000_060.250457
+
+    store.finish_task(handoff.id, TaskKind.DELIVER, attempt=2, message_refs={"ts": "1.1"})
+    assert "deliver_unans_from" not in {
+        k.decode() for k in store.redis.hkeys(store.keys.handoff(handoff.id))
+    }
+
+
+def test_resumes_keep_no_post_window(redis: Redis, store: HandoffStore) -> None:
+    handoff = create(store)
+    store.decide(handoff.id, Status.APPROVED, decided_by="U1")
+    start = store.begin_task(handoff.id, TaskKind.RESUME, run_token="job-1")
+    store.finish_task(
+        handoff.id, TaskKind.RESUME, attempt=1, error="boom", unanswered=PostWindow(1.0)
+    )
+
+    assert store.begin_task(handoff.id, TaskKind.RESUME, run_token="job-2").unanswered is None
+    assert start.unanswered is None

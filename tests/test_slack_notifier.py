@@ -7,14 +7,19 @@ import json
 from collections.abc import Iterator
 
 import pytest
-from slack_sdk.errors import SlackApiError
 
 from bot.delivery.slack_notifier import DUPLICATE_EVENT_TYPE, METADATA_EVENT_TYPE, SlackNotifier
 from bot.standin import Message, SlackStandIn
 from store.models import Handoff
-from tests.support.impatient_slack import LATE, impatient_client, running_standin, settling_poster
+from tests.support.impatient_slack import (
+    LATE,
+    impatient_client,
+    looking_back,
+    running_standin,
+    settling_poster,
+)
 from worker.client import Handoffs
-from worker.notifier import Undeliverable
+from worker.notifier import DeliveryFailed, Undeliverable
 
 CHANNEL = "C0APPROVALS"
 
@@ -71,7 +76,7 @@ def test_a_second_attempt_adopts_the_first_post_and_turns_extras_into_pointers(
     first = notifier.deliver(handoff)["ts"]
     second = notifier.deliver(handoff)["ts"]
 
-    refs = notifier.deliver(handoff, attempt=3)
+    refs = notifier.deliver(handoff, attempt=looking_back(number=3))
 
     assert refs["ts"] == first
     kept, extra = _posts_of(slack, handoff.id)[0], slack.message(CHANNEL, second)
@@ -113,18 +118,38 @@ def test_a_post_slack_refuses_for_good_is_undeliverable(
     assert len(slack.calls("chat.postMessage")) == 1
 
 
-def test_a_look_up_slack_refuses_is_retried_not_undeliverable(
+def test_a_look_up_slack_refuses_for_good_posts_anyway_and_is_never_undeliverable(
     slack: SlackStandIn, notifier: SlackNotifier, handoffs: Handoffs
 ) -> None:
-    """The bot may post where it cannot read the history (chat:write.public): a second
-    attempt's look-up for the first post answering not_in_channel says nothing of the post."""
+    """The bot may post where it cannot read the history (chat:write.public): a look-up
+    answered not_in_channel says nothing of the post, and no later attempt could read more,
+    so the message is posted (a copy may show twice) rather than the handoff left to fail."""
     handoff = _approval(handoffs)
     slack.fail_next("conversations.history", error="not_in_channel")
 
-    with pytest.raises(SlackApiError) as failed:
-        notifier.deliver(handoffs.get(handoff.id), attempt=2)
+    refs = notifier.deliver(handoffs.get(handoff.id), attempt=looking_back())
+
+    [posted] = _posts_of(slack, handoff.id)
+    assert refs["ts"] == posted.ts
+    assert len(slack.calls("conversations.history")) == 1
+
+
+def test_a_look_up_that_fails_for_now_is_retried_with_its_window_kept(
+    slack: SlackStandIn, notifier: SlackNotifier, handoffs: Handoffs
+) -> None:
+    handoff = _approval(handoffs)
+    slack.fail_next("conversations.history", error="internal_error")
+    attempt = looking_back()
+
+    with pytest.raises(DeliveryFailed) as failed:
+        notifier.deliver(handoffs.get(handoff.id), attempt=attempt)
 
     assert not isinstance(failed.value, Undeliverable)
+    left, asked = failed.value.unanswered, attempt.unanswered
+    assert left is not None and asked is not None and asked.end is not None
+    assert left.start <= asked.start and left.end == pytest.approx(asked.end, abs=1e-5), (
+        "the next attempt still looks at the whole window"
+    )
     assert slack.calls("chat.postMessage") == []
 
 
@@ -134,10 +159,27 @@ def test_a_transient_slack_error_is_raised_to_be_retried(
     handoff = _approval(handoffs)
     slack.fail_next("chat.postMessage", error="internal_error")
 
-    with pytest.raises(SlackApiError) as failed:
+    with pytest.raises(DeliveryFailed) as failed:
         notifier.deliver(handoffs.get(handoff.id))
 
     assert not isinstance(failed.value, Undeliverable)
+    assert failed.value.retry_after is None
+    assert failed.value.unanswered is None, "Slack answered: nothing was posted"
+
+
+def test_a_rate_limited_update_is_put_off_for_retry_after(
+    slack: SlackStandIn, notifier: SlackNotifier, handoffs: Handoffs
+) -> None:
+    handoff = _approval(handoffs)
+    refs = notifier.deliver(handoffs.get(handoff.id))
+    decided = handoffs.decide(handoff.id, "approved", by="U0ALICE")
+    slack.fail_next("chat.update", status=429, retry_after=30)
+
+    with pytest.raises(DeliveryFailed) as limited:
+        notifier.update(decided.model_copy(update={"message_refs": refs}))
+
+    assert limited.value.retry_after == 30
+    assert "chat.update" in str(limited.value)
 
 
 def test_a_reassignment_whose_old_message_was_deleted_still_returns_the_new_one(

@@ -1102,6 +1102,74 @@ def test_conversations_history_lists_top_level_messages_newest_first_with_metada
     assert [m["ts"] for m in after_first["messages"]] == [second]
 
 
+def test_slacks_limits_for_non_marketplace_apps_allow_one_history_call_a_minute(
+    standin: SlackStandIn, client: WebClient
+) -> None:
+    for n in range(20):
+        client.chat_postMessage(channel="C0APPROVALS", text=f"m{n}")
+    standin.limit_like_slack()
+
+    page = client.conversations_history(channel="C0APPROVALS", limit=200)
+    with pytest.raises(SlackApiError) as limited:
+        client.conversations_history(channel="C0APPROVALS")
+    replies_page = client.conversations_replies(channel="C0APPROVALS", ts=page["messages"][0]["ts"])
+
+    assert len(page["messages"]) == 15 and page["has_more"], "15 messages a page at most"
+    assert limited.value.response.status_code == 429
+    assert 58 <= int(limited.value.response.headers["Retry-After"]) <= 60
+    assert replies_page["ok"], "conversations.replies has a budget of its own"
+    assert standin.refused_by_limits() == {"conversations.history": 1}
+
+
+def test_a_shrunk_minute_lets_the_next_call_through_after_it(
+    standin: SlackStandIn, client: WebClient
+) -> None:
+    standin.limit_like_slack(time_scale=0.005)  # 0.3 s
+    client.conversations_history(channel="C0APPROVALS")
+    with pytest.raises(SlackApiError) as limited:
+        client.conversations_history(channel="C0APPROVALS")
+    assert limited.value.response.headers["Retry-After"] == "1", "whole seconds, as Slack's"
+
+    time.sleep(0.35)
+
+    assert client.conversations_history(channel="C0APPROVALS")["ok"]
+
+
+def test_conversations_replies_pages_a_window_of_the_thread_oldest_first(
+    standin: SlackStandIn, client: WebClient
+) -> None:
+    parent = client.chat_postMessage(channel="C0APPROVALS", text="parent")["ts"]
+    replies = [
+        client.chat_postMessage(channel="C0APPROVALS", text=f"r{n}", thread_ts=parent)["ts"]
+        for n in range(5)
+    ]
+
+    first = client.conversations_replies(channel="C0APPROVALS", ts=parent, limit=3)
+    rest = client.conversations_replies(
+        channel="C0APPROVALS", ts=parent, oldest=replies[1], latest=replies[4]
+    )
+
+    assert [m["ts"] for m in first["messages"]] == [parent, *replies[:2]]
+    assert first["has_more"]
+    assert [m["ts"] for m in rest["messages"]] == [parent, replies[2], replies[3]]
+
+
+def test_a_fault_can_let_others_post_before_the_lost_answer(
+    standin: SlackStandIn, client: WebClient
+) -> None:
+    def chatter(params: dict[str, Any]) -> None:
+        for n in range(3):
+            standin.message_event("U0ALICE", params["channel"], f"chatter {n}")
+
+    client.retry_handlers.clear()
+    standin.fail_next("chat.postMessage", reset_connection=True, carried_out=True, then=chatter)
+    with pytest.raises(OSError):
+        client.chat_postMessage(channel="C0APPROVALS", text="ours")
+
+    texts = [m.text for m in standin.messages("C0APPROVALS")]
+    assert texts == ["ours", "chatter 0", "chatter 1", "chatter 2"]
+
+
 def test_random_faults_fail_about_the_given_share_of_calls_with_every_kind(
     standin: SlackStandIn,
 ) -> None:

@@ -20,13 +20,13 @@ import threading
 import time
 from dataclasses import dataclass
 
-from rq import Queue
 from rq.job import JobStatus
 
 from store import defaults
 from store.decoding import as_text
 from store.models import TaskKind
 from store.repository import DueTask, HandoffStore
+from worker.queues import TaskQueues
 
 logger = logging.getLogger(__name__)
 
@@ -60,20 +60,20 @@ class Dispatcher:
 
     Example::
 
-        Dispatcher(store, Queue("handoff", connection=redis, serializer=JSONSerializer)).run()
+        Dispatcher(store, TaskQueues.named(redis, "handoff")).run()
     """
 
     def __init__(
         self,
         store: HandoffStore,
-        queue: Queue,
+        queues: TaskQueues,
         *,
         interval: float = defaults.SWEEP_INTERVAL_SECONDS,
         batch: int = defaults.SWEEP_BATCH,
         dispatch_timeout: float = defaults.DISPATCH_TIMEOUT_SECONDS,
     ) -> None:
         self.store = store
-        self.queue = queue
+        self.queues = queues
         self.interval = interval
         self.batch = batch
         self.dispatch_timeout = dispatch_timeout
@@ -112,7 +112,7 @@ class Dispatcher:
             for task in due:
                 if task in waiting:
                     continue
-                job = self.queue.enqueue_call(
+                job = self.queues.for_kind(task.kind).enqueue_call(
                     func=JOB_FUNCTIONS[task.kind],
                     args=(keys.namespace, task.handoff_id),
                     timeout=max(1, int(task.timeout_seconds)),
@@ -142,10 +142,14 @@ class Dispatcher:
         if not earlier:
             return set()
         pipe = redis.pipeline(transaction=False)
+        job_class = self.queues.resumes.job_class
         for _, job_id in earlier:
-            pipe.hget(self.queue.job_class.key_for(as_text(job_id)), "status")
-        pipe.lrange(self.queue.intermediate_queue_key, 0, -1)
-        *statuses, taken = pipe.execute()
+            pipe.hget(job_class.key_for(as_text(job_id)), "status")
+        for queue in self.queues.distinct:
+            pipe.lrange(queue.intermediate_queue_key, 0, -1)
+        replies = pipe.execute()
+        statuses = replies[: len(earlier)]
+        taken = {job_id for listed in replies[len(earlier) :] for job_id in listed}
         return {
             task
             for (task, job_id), status in zip(earlier, statuses, strict=True)

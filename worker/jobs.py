@@ -14,17 +14,17 @@ import logging
 import traceback
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from redis import Redis
 from rq import get_current_job
 from rq.timeouts import JobTimeoutException
 
 from store import defaults
-from store.models import Handoff, TaskKind
-from store.repository import HandoffStore, StoreConfig
+from store.models import Handoff, PostWindow, TaskKind
+from store.repository import UNCHANGED, HandoffStore, StoreConfig, TaskStart
 from worker.killable import AttemptFailed, AttemptTimedOut, KillableProcess
-from worker.notifier import LoggingNotifier, Notifier, Undeliverable
+from worker.notifier import Attempt, DeliveryFailed, LoggingNotifier, Notifier, Undeliverable
 from worker.resume_targets import call_target, resolve_target
 
 logger = logging.getLogger(__name__)
@@ -41,7 +41,7 @@ def configure(*, notifier: Notifier) -> None:
 def run_delivery(namespace: str, handoff_id: str) -> str:
     """RQ job: show the handoff to people through the configured notifier."""
 
-    def deliver(store: HandoffStore, handoff: Handoff, attempt: int) -> dict[str, Any] | None:
+    def deliver(store: HandoffStore, handoff: Handoff, attempt: Attempt) -> dict[str, Any] | None:
         refs = _notifier.deliver(handoff, attempt=attempt)
         if refs.get("channel") and refs.get("ts"):
             store.link_message(handoff.id, str(refs["channel"]), str(refs["ts"]))
@@ -53,14 +53,18 @@ def run_delivery(namespace: str, handoff_id: str) -> str:
 def run_resume(namespace: str, handoff_id: str) -> str:
     """RQ job: call the handoff's resume target with the decided handoff."""
 
-    def resume(store: HandoffStore, handoff: Handoff, attempt: int) -> dict[str, Any] | None:
+    def resume(store: HandoffStore, handoff: Handoff, attempt: Attempt) -> dict[str, Any] | None:
         path = handoff.resume_target or ""
         resolve_target(path)  # an unusable target fails here, with the reason
         # In the worker's resume process, killed at the job's timeout (which ends before
         # the lease lapses): a target that swallows RQ's timeout never runs next to the
         # next attempt.
         timeout = _job_timeout()
-        request = {"target": path, "attempt": attempt, "handoff": handoff.model_dump(mode="json")}
+        request = {
+            "target": path,
+            "attempt": attempt.number,
+            "handoff": handoff.model_dump(mode="json"),
+        }
         try:
             _resume_process.run(json.dumps(request).encode(), timeout=timeout)
         except AttemptFailed as failed:
@@ -90,8 +94,8 @@ _resume_process = KillableProcess(_call_resume_target)
 def run_notify(namespace: str, handoff_id: str) -> str:
     """RQ job: show a claim or a decision on the posted message."""
 
-    def notify(store: HandoffStore, handoff: Handoff, attempt: int) -> dict[str, Any] | None:
-        return _notifier.update(handoff)
+    def notify(store: HandoffStore, handoff: Handoff, attempt: Attempt) -> dict[str, Any] | None:
+        return _notifier.update(handoff, attempt=attempt)
 
     return _run_task(namespace, handoff_id, TaskKind.NOTIFY, notify)
 
@@ -99,7 +103,7 @@ def run_notify(namespace: str, handoff_id: str) -> str:
 def run_remind(namespace: str, handoff_id: str) -> str:
     """RQ job: remind the reviewers of a handoff that is still pending."""
 
-    def remind(store: HandoffStore, handoff: Handoff, attempt: int) -> dict[str, Any] | None:
+    def remind(store: HandoffStore, handoff: Handoff, attempt: Attempt) -> dict[str, Any] | None:
         _notifier.remind(handoff)
         return None
 
@@ -109,7 +113,7 @@ def run_remind(namespace: str, handoff_id: str) -> str:
 def run_escalate(namespace: str, handoff_id: str) -> str:
     """RQ job: show a still-pending handoff to its escalation channel or group too."""
 
-    def escalate(store: HandoffStore, handoff: Handoff, attempt: int) -> dict[str, Any] | None:
+    def escalate(store: HandoffStore, handoff: Handoff, attempt: Attempt) -> dict[str, Any] | None:
         refs = _notifier.escalate(handoff, attempt=attempt)
         for copy in (refs or {}).get("copies", []):
             store.link_message(handoff.id, str(copy["channel"]), str(copy["ts"]))
@@ -122,16 +126,28 @@ def _run_task(
     namespace: str,
     handoff_id: str,
     kind: TaskKind,
-    work: Callable[[HandoffStore, Handoff, int], dict[str, Any] | None],
+    work: Callable[[HandoffStore, Handoff, Attempt], dict[str, Any] | None],
 ) -> str:
     store = HandoffStore(_connection(), StoreConfig(namespace=namespace))
     start = store.begin_task(handoff_id, kind, run_token=uuid.uuid4().hex)
     if start.action != "run" or start.handoff is None:
         logger.info("%s of %s skipped: %s", kind.value, handoff_id, start.action)
         return start.action
+    attempt = Attempt(start.attempt, start.started_at, start.unanswered)
     context = {"handoff_id": handoff_id, "run_id": start.handoff.run_id, "attempt": start.attempt}
     try:
-        refs = work(store, start.handoff, start.attempt)
+        refs = work(store, start.handoff, attempt)
+    except DeliveryFailed as exc:
+        # The notifier says what it left: a rate limit to wait out, a post to look for.
+        logger.warning("%s attempt failed: %s", kind.value, exc, extra=context)
+        outcome = store.finish_task(
+            handoff_id,
+            kind,
+            attempt=start.attempt,
+            error=str(exc),
+            defer_seconds=exc.retry_after or 0.0,
+            unanswered=exc.unanswered,
+        )
     except Exception as exc:
         # Undeliverable: no retry can help (Slack refused the message for good).
         permanent = isinstance(exc, Undeliverable)
@@ -139,12 +155,26 @@ def _run_task(
         logger.warning("%s attempt failed: %s", kind.value, error, extra=context)
         logger.debug("%s", traceback.format_exc())
         outcome = store.finish_task(
-            handoff_id, kind, attempt=start.attempt, error=error, permanent=permanent
+            handoff_id,
+            kind,
+            attempt=start.attempt,
+            error=error,
+            permanent=permanent,
+            unanswered=_may_have_posted(kind, start),
         )
     else:
         outcome = store.finish_task(handoff_id, kind, attempt=start.attempt, message_refs=refs)
         logger.info("%s %s", kind.value, outcome, extra=context)
     return outcome
+
+
+def _may_have_posted(kind: TaskKind, start: TaskStart) -> PostWindow | Literal["unchanged"]:
+    """After an attempt failed in a way nobody described (a bug, Redis lost after the post),
+    it may have posted: the next attempt looks, from the earliest time still unaccounted for."""
+    if kind is TaskKind.RESUME:
+        return UNCHANGED
+    earlier = start.unanswered.start if start.unanswered is not None else start.started_at
+    return PostWindow(min(earlier, start.started_at), None)
 
 
 def _job_timeout() -> float:

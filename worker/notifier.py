@@ -3,12 +3,50 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from store.exceptions import HandoffError
-from store.models import Handoff
+from store.models import Handoff, PostWindow
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One attempt at a task, as a notifier is given it.
+
+    ``started_at``: when it began, epoch seconds by Redis's clock (the look-up window of
+    what it posts starts there; 0 when not run by a job). ``unanswered``: where an earlier
+    attempt's post may have landed with its answer lost: look there, and only then, before
+    posting again (None: nothing of this task is unaccounted for).
+    """
+
+    number: int = 1
+    started_at: float = 0.0
+    unanswered: PostWindow | None = None
+
+
+FIRST_ATTEMPT = Attempt()
+"""A first attempt with nothing to look for (a notifier called outside a job)."""
+
+
+class DeliveryFailed(HandoffError):
+    """An attempt to show a handoff failed, and says what it leaves behind.
+
+    ``retry_after``: Slack asked to wait this many seconds (a 429, or the shared budget of
+    look-ups is spent): the task runs again then, and the attempt does not count against
+    its attempts. ``unanswered``: where a post may have landed unanswered, as this attempt
+    leaves it (None: nowhere; a window with no end runs until the attempt ends).
+    Example: ``DeliveryFailed("rate limited", retry_after=30, unanswered=None)``.
+    """
+
+    def __init__(
+        self, message: str, *, unanswered: PostWindow | None, retry_after: float | None = None
+    ) -> None:
+        super().__init__(message)
+        self.unanswered = unanswered
+        self.retry_after = retry_after
 
 
 class Undeliverable(HandoffError):
@@ -38,14 +76,17 @@ class Notifier(Protocol):
     attempt fails closes the handoff ``undeliverable`` too.
     """
 
-    def deliver(self, handoff: Handoff, *, attempt: int = 1) -> dict[str, Any]:
+    def deliver(self, handoff: Handoff, *, attempt: Attempt = FIRST_ATTEMPT) -> dict[str, Any]:
         """Post the handoff; return references to the posted message (``channel`` and
-        ``ts`` link the message to the handoff, for thread replies). From ``attempt`` 2 on,
-        an earlier attempt may have posted without its outcome being recorded: look for
-        that post before posting again."""
+        ``ts`` link the message to the handoff, for thread replies). When
+        ``attempt.unanswered`` is set, an earlier attempt may have posted without hearing
+        back: look for that post before posting again. Raise ``DeliveryFailed`` to say what
+        the attempt leaves behind (a post whose answer was lost, a rate limit)."""
         ...
 
-    def update(self, handoff: Handoff) -> dict[str, Any] | None:
+    def update(
+        self, handoff: Handoff, *, attempt: Attempt = FIRST_ATTEMPT
+    ) -> dict[str, Any] | None:
         """Show the handoff's current state (claimed, decided) where it was posted.
 
         Called after each change, possibly more than once: it must render the state it is
@@ -57,7 +98,9 @@ class Notifier(Protocol):
         """Nudge the reviewers of a handoff that is still pending."""
         ...
 
-    def escalate(self, handoff: Handoff, *, attempt: int = 1) -> dict[str, Any] | None:
+    def escalate(
+        self, handoff: Handoff, *, attempt: Attempt = FIRST_ATTEMPT
+    ) -> dict[str, Any] | None:
         """Show a still-pending handoff to ``handoff.escalate_to`` as well; returns the new
         message references (kept on the handoff), or None to keep the old ones. ``attempt``
         as in ``deliver``."""
@@ -67,7 +110,7 @@ class Notifier(Protocol):
 class LoggingNotifier:
     """Writes each handoff to the log; the default when no Slack workspace is configured."""
 
-    def deliver(self, handoff: Handoff, *, attempt: int = 1) -> dict[str, Any]:
+    def deliver(self, handoff: Handoff, *, attempt: Attempt = FIRST_ATTEMPT) -> dict[str, Any]:
         """Log the handoff's id, type, run and channel."""
         logger.warning(
             "handoff %s needs a person: %s in run %s (channel %s)",
@@ -78,7 +121,9 @@ class LoggingNotifier:
         )
         return {"notifier": "log"}
 
-    def update(self, handoff: Handoff) -> dict[str, Any] | None:
+    def update(
+        self, handoff: Handoff, *, attempt: Attempt = FIRST_ATTEMPT
+    ) -> dict[str, Any] | None:
         """Log the handoff's new state."""
         decided_by = handoff.resume_data.decided_by if handoff.resume_data else "-"
         logger.warning("handoff %s is %s (by %s)", handoff.id, handoff.status.value, decided_by)
@@ -88,7 +133,9 @@ class LoggingNotifier:
         """Log a reminder."""
         logger.warning("reminder: handoff %s is still pending", handoff.id)
 
-    def escalate(self, handoff: Handoff, *, attempt: int = 1) -> dict[str, Any] | None:
+    def escalate(
+        self, handoff: Handoff, *, attempt: Attempt = FIRST_ATTEMPT
+    ) -> dict[str, Any] | None:
         """Log the escalation."""
         logger.warning("handoff %s escalated to %s", handoff.id, handoff.escalate_to)
         return None

@@ -14,13 +14,13 @@ import threading
 import time
 from collections.abc import Callable
 from multiprocessing.process import BaseProcess
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from redis import Redis
 from redis.backoff import AbstractBackoff, EqualJitterBackoff
 from redis.exceptions import RedisError
 from redis.retry import Retry
-from rq import Queue, SimpleWorker, Worker
+from rq import SimpleWorker, Worker
 from rq.exceptions import StopRequested
 from rq.serializers import JSONSerializer
 
@@ -29,6 +29,7 @@ from store.repository import HandoffStore, StoreConfig
 from worker import jobs
 from worker.dispatcher import Dispatcher
 from worker.notifier import Notifier
+from worker.queues import TaskQueues, make_queue, slack_queue_name
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +40,9 @@ REDIS_RETRY_BASE_SECONDS = 0.05
 REDIS_RETRY_CAP_SECONDS = 1.0
 """Retries after a lost connection come quickly at first, then about once a second."""
 REDIS_CONNECT_TIMEOUT_SECONDS = 5.0
+SLACK_WORKER_STOP_SECONDS = 10.0
+"""How long the Slack worker gets to finish the job at hand when its `handoff worker` stops,
+before it is killed (the task's lease covers the rest)."""
 SCHEDULER_STOP_SECONDS = 3.0
 """How long RQ's scheduler process gets to stop (it sleeps 1 s between passes) before it is
 killed: its locks then expire by themselves."""
@@ -105,9 +109,8 @@ def background_redis(redis_url: str, *, wait_seconds: float = defaults.REDIS_WAI
     )
 
 
-def make_queue(redis: Redis, queue_name: str = defaults.QUEUE_NAME) -> Queue:
-    """The project's one RQ queue, with the JSON serializer."""
-    return Queue(queue_name, connection=redis, serializer=JSONSerializer)
+WorkKind = Literal["all", "resumes", "slack"]
+"""What a `handoff worker` works on: both queues (an RQ worker on each), or one of them."""
 
 
 def run_dispatcher(
@@ -134,7 +137,7 @@ def run_dispatcher(
     redis = background_redis(redis_url, wait_seconds=redis_wait_seconds)
     dispatcher = Dispatcher(
         HandoffStore(redis, store_config),
-        make_queue(redis, queue_name),
+        TaskQueues.named(redis, queue_name),
         interval=interval,
         dispatch_timeout=dispatch_timeout,
     )
@@ -159,8 +162,14 @@ def run_worker(
     name: str | None = None,
     fork: bool = False,
     redis_wait_seconds: float = defaults.REDIS_WAIT_SECONDS,
+    work: WorkKind = "all",
 ) -> None:
-    """Run an RQ worker (JSON serializer, scheduler on) on the project's queue.
+    """Run RQ workers (JSON serializer, scheduler on) on the project's queues.
+
+    ``work`` "all" (the default) runs a pair: an RQ worker on the resume queue in this
+    process and one on the queue of Slack work (``worker.queues``) in a child process, so
+    that a resume never waits for a Slack call; "resumes" or "slack" runs only one of them
+    (to scale the two apart).
 
     By default jobs run in the worker process itself (RQ's ``SimpleWorker``): deliveries
     and resumes are short, the agent's modules stay imported between jobs, and a worker
@@ -170,38 +179,84 @@ def run_worker(
     process of the worker's own (``worker.killable``), killed at the job's timeout, so that
     a target that swallows RQ's timeout exception never outlives its lease.
 
-    With ``with_dispatcher``, a dispatcher runs beside it in a separate process, forked
-    before the worker starts any thread (so both stay safe to fork, and the dispatcher
-    starts without importing everything again).
+    With ``with_dispatcher``, a dispatcher runs beside it in a separate process; it and the
+    Slack worker are forked before the worker starts any thread (so all stay safe to fork,
+    and they start without importing everything again), and end with this process.
 
-    Both wait up to ``redis_wait_seconds`` for an unreachable Redis; if RQ's loop ends on
+    Each waits up to ``redis_wait_seconds`` for an unreachable Redis; if RQ's loop ends on
     an error all the same, the RQ worker is started again here rather than the process
     exiting, so a Redis outage needs no supervisor to restart anything. A stop signal
     (SIGTERM, SIGINT) ends that waiting: the worker stops within seconds, Redis or not.
     """
     if notifier is not None:
         jobs.configure(notifier=notifier)
-    dispatcher: BaseProcess | None = None
+    fork_context = multiprocessing.get_context("fork")
+    children: list[BaseProcess] = []
     if with_dispatcher:
-        dispatcher = multiprocessing.get_context("fork").Process(
-            target=run_dispatcher,
-            kwargs={
-                "redis_url": redis_url,
-                "store_config": store_config,
-                "queue_name": queue_name,
-                "interval": dispatch_interval,
-                "dispatch_timeout": dispatch_timeout,
-                "parent_pid": os.getpid(),
-                "log_level": logging.getLogger().getEffectiveLevel(),
-                "redis_wait_seconds": redis_wait_seconds,
-            },
-            name="handoff-dispatcher",
-            daemon=True,
+        children.append(
+            fork_context.Process(
+                target=run_dispatcher,
+                kwargs={
+                    "redis_url": redis_url,
+                    "store_config": store_config,
+                    "queue_name": queue_name,
+                    "interval": dispatch_interval,
+                    "dispatch_timeout": dispatch_timeout,
+                    "parent_pid": os.getpid(),
+                    "log_level": logging.getLogger().getEffectiveLevel(),
+                    "redis_wait_seconds": redis_wait_seconds,
+                },
+                name="handoff-dispatcher",
+                daemon=True,
+            )
         )
-        dispatcher.start()
-    redis = background_redis(redis_url, wait_seconds=redis_wait_seconds)
+    own_queue = slack_queue_name(queue_name) if work == "slack" else queue_name
+    slack_worker: BaseProcess | None = None
+    if work == "all":
+        slack_worker = fork_context.Process(
+            target=_serve_queue_as_child,
+            args=(redis_url, slack_queue_name(queue_name)),
+            kwargs={
+                "name": f"{name}-slack" if name else None,
+                "fork": fork,
+                "burst": burst,
+                "redis_wait_seconds": redis_wait_seconds,
+                "parent_pid": os.getpid(),
+            },
+            name="handoff-slack-worker",
+        )
+        children.append(slack_worker)
+    for child in children:
+        child.start()
     try:
-        worker_class = _ForkWorker if fork else _SimpleWorker
+        _serve_queue(
+            redis_url,
+            own_queue,
+            name=name,
+            fork=fork,
+            burst=burst,
+            redis_wait_seconds=redis_wait_seconds,
+        )
+        if burst and slack_worker is not None:
+            slack_worker.join()
+    finally:
+        _stop_children(children, slack_worker)
+
+
+def _serve_queue(
+    redis_url: str,
+    queue_name: str,
+    *,
+    name: str | None,
+    fork: bool,
+    burst: bool,
+    redis_wait_seconds: float,
+) -> None:
+    """Run an RQ worker on one queue until asked to stop (or, with ``burst``, until the
+    queue is empty), starting it again when RQ's loop ends on an error."""
+    redis = background_redis(redis_url, wait_seconds=redis_wait_seconds)
+    worker_class = _ForkWorker if fork else _SimpleWorker
+    try:
         for generation in itertools.count():
             worker = worker_class(
                 [make_queue(redis, queue_name)],
@@ -222,10 +277,32 @@ def run_worker(
         # A stop signal between two runs of RQ's loop, or before the next one installed its
         # handlers: the last one's handler raises this outside of its loop.
         pass
-    finally:
-        if dispatcher is not None and dispatcher.is_alive():
-            dispatcher.terminate()
-            dispatcher.join(timeout=5)
+
+
+def _serve_queue_as_child(
+    redis_url: str, queue_name: str, *, parent_pid: int, **options: Any
+) -> None:
+    """The Slack worker of a pair: ends with the process that forked it."""
+    _die_with_parent()
+    if os.getppid() != parent_pid:  # the parent died before the signal was armed
+        return
+    logger.info("Slack worker started (pid %d) on queue %s", os.getpid(), queue_name)
+    with contextlib.suppress(KeyboardInterrupt):
+        _serve_queue(redis_url, queue_name, **options)
+
+
+def _stop_children(children: list[BaseProcess], slack_worker: BaseProcess | None) -> None:
+    """Stop the dispatcher at once, and the Slack worker after the job at hand (RQ's warm
+    shutdown on SIGTERM), killing what does not stop in time."""
+    for child in children:
+        if child.is_alive():
+            child.terminate()
+    for child in children:
+        child.join(timeout=SLACK_WORKER_STOP_SECONDS if child is slack_worker else 5)
+        if child.is_alive():
+            logger.warning("%s (pid %s) did not stop; killing it", child.name, child.pid)
+            child.kill()
+            child.join(timeout=1)
 
 
 class _PromptStop:

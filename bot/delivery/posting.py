@@ -3,43 +3,69 @@
 A ``chat.postMessage`` whose answer never arrives (a timeout, a reset connection, a 5xx) may
 or may not have posted. Repeating it blindly, as slack_sdk's connection-error handler or a
 task retry would, can leave two messages with live buttons. So each post is tagged with
-message metadata (an event type and the handoff id), sent through a client that retries only
-429s, and after an ambiguous failure the poster first looks for the message it may have
-posted (``conversations.history``, or ``conversations.replies`` in a thread, with
-``include_all_metadata``) from the time of the first try: found, it is adopted; not found, it
-is posted again. When two tries both landed, the extra copies are neutralised.
+message metadata (an event type and the handoff id), sent through a client that never
+repeats it, and after an ambiguous failure the poster looks for the message it may have
+posted before posting again: found, it is adopted; not found, it is posted again. When two
+tries both landed, the extra copies are neutralised.
 
-Those reads are rate-limited hard for some apps (one call a minute outside the Slack
-Marketplace), so they happen only after an ambiguous failure, or when the caller says that an
-earlier attempt may have posted (``since``, e.g. on a task's second attempt).
+Looking is expensive: ``conversations.history`` and ``conversations.replies`` allow apps
+outside the Slack Marketplace one call a minute, and 15 messages a page. So the poster looks
+only when a post may really have landed unanswered (an attempt's ``unanswered`` window, kept
+by the store, or a lost answer in this attempt); it reads only that window (by the store's
+clock, with a margin for Slack's), page by page with Slack's page size, newest first, down
+to its start; and every page is taken from one budget per method shared by the whole
+deployment (``store.rate_budget``). When the budget is spent, or Slack answers 429, the
+attempt ends at once with what is left of the window: the task comes back when a call is
+free, without sleeping in a worker, and goes on where the look-up stopped.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
+from redis import Redis
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
+from bot import defaults
+from bot.delivery.slack_errors import describe, is_permanent, retry_after
 from bot.slack_client import AMBIGUOUS_ERRORS, posting_client
-from store.exceptions import HandoffError
+from store.keys import KeySpace
+from store.models import PostWindow
+from store.rate_budget import RateBudget
+from worker.notifier import FIRST_ATTEMPT, Attempt, DeliveryFailed
 
 logger = logging.getLogger(__name__)
 
-CLOCK_SKEW_SECONDS = 60.0
-"""Slack's clock (message ts) and ours may differ: look this much earlier than our clock says."""
-MAX_PAGES = 5
-"""Most pages of history read when looking for a post (newest first, so ours come early)."""
-PAGE_SIZE = 200
+HISTORY = "conversations.history"
+REPLIES = "conversations.replies"
 
 
-class AnswerLost(HandoffError):
-    """Every try at a post lost its answer and the post was not found; the caller should
-    retry later with ``since`` (the next try looks for it again before posting)."""
+class AnswerLost(DeliveryFailed):
+    """Every try at a post lost its answer and the post was not found; the next attempt
+    looks for it again (``unanswered``) before posting."""
+
+
+class PostRefused(DeliveryFailed):
+    """Slack answered the post with an error: that post was not made. ``slack_error`` is
+    Slack's answer (classify it with ``bot.delivery.slack_errors``)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        slack_error: SlackApiError,
+        unanswered: PostWindow | None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message, unanswered=unanswered, retry_after=retry_after)
+        self.slack_error = slack_error
 
 
 @dataclass(frozen=True)
@@ -77,6 +103,42 @@ class Posted:
     adopted: bool = False
 
 
+@dataclass(frozen=True)
+class LookUps:
+    """How the poster reads a conversation to find a post whose answer was lost.
+
+    ``page_size``: messages per page (Slack gives apps outside the Marketplace 15 at most).
+    ``clock_skew_seconds``: how far Slack's clock (message ts) may be from Redis's (the
+    window's times). ``budgets``: the shared budget of each method (``HISTORY``,
+    ``REPLIES``); a method without one is called whenever needed (tests, a Marketplace app
+    with a budget of its own).
+    """
+
+    page_size: int = defaults.SLACK_HISTORY_PAGE_SIZE
+    clock_skew_seconds: float = defaults.SLACK_CLOCK_SKEW_SECONDS
+    budgets: Mapping[str, RateBudget] = field(default_factory=dict)
+    max_wait_seconds: float = 1.0
+    """A budget's call due within this long is waited for in the attempt; a later one ends
+    the attempt, put off until then (one call a minute: always)."""
+
+    @classmethod
+    def shared(
+        cls,
+        redis: Redis,
+        keys: KeySpace,
+        *,
+        calls_per_minute: float = defaults.SLACK_HISTORY_CALLS_PER_MINUTE,
+        page_size: int = defaults.SLACK_HISTORY_PAGE_SIZE,
+        clock_skew_seconds: float = defaults.SLACK_CLOCK_SKEW_SECONDS,
+    ) -> LookUps:
+        """Look-ups with one budget per method in Redis, shared by every worker."""
+        budgets = {
+            method: RateBudget(redis, keys, method, calls_per_minute=calls_per_minute)
+            for method in (HISTORY, REPLIES)
+        }
+        return cls(page_size=page_size, clock_skew_seconds=clock_skew_seconds, budgets=budgets)
+
+
 Neutralise = Callable[[WebClient, str, str, str], None]
 """``(client, channel, extra_ts, kept_ts)``: make an extra copy harmless."""
 
@@ -93,17 +155,19 @@ def delete_extra(client: WebClient, channel: str, extra_ts: str, kept_ts: str) -
 class Poster:
     """Posts tagged messages at most once (see the module's docstring).
 
-    ``client`` (with its retries) reads history and neutralises extras; posts go through
-    ``posting`` (by default a twin of ``client`` that retries only 429s). After an ambiguous
-    failure the poster waits ``settle_seconds`` (default: the client's timeout), so that a
-    post still on its way lands before it looks; it tries ``tries`` posts per call (each
-    lost answer costs the client's timeout plus the settling time: keep ``tries`` times
-    twice the timeout inside the job's timeout, ``HANDOFF_DELIVERY_TIMEOUT_SECONDS``).
+    ``client`` reads history and neutralises extras; posts go through ``posting`` (by
+    default a twin of ``client`` that repeats nothing but what its client does for 429s).
+    After an ambiguous failure the poster waits ``settle_seconds`` (default: the client's
+    timeout), so that a post still on its way lands before it looks; it tries ``tries``
+    posts per call (each lost answer costs the client's timeout plus the settling time:
+    keep ``tries`` times twice the timeout inside the job's timeout,
+    ``HANDOFF_DELIVERY_TIMEOUT_SECONDS``).
 
     Example::
 
-        poster = Poster(client)
-        posted = poster.post(channel="C0APPROVALS", tag=tag, text="Approve?", blocks=blocks)
+        poster = Poster(client, look_ups=LookUps.shared(redis, keys))
+        posted = poster.post(channel="C0APPROVALS", tag=tag, text="Approve?", blocks=blocks,
+                             neutralise=delete_extra, attempt=attempt)
     """
 
     def __init__(
@@ -114,12 +178,14 @@ class Poster:
         settle_seconds: float | None = None,
         tries: int = 2,
         sleep: Callable[[float], None] = time.sleep,
+        look_ups: LookUps | None = None,
     ) -> None:
         self.client = client
         self.posting = posting or posting_client(client)
         self.settle_seconds = float(client.timeout if settle_seconds is None else settle_seconds)
         self.tries = tries
         self.sleep = sleep
+        self.look_ups = look_ups or LookUps()
         self._bot_id: str | None = None
 
     def post(
@@ -128,113 +194,271 @@ class Poster:
         channel: str,
         tag: PostTag,
         neutralise: Neutralise,
-        since: float | None = None,
+        attempt: Attempt = FIRST_ATTEMPT,
         exclude: Collection[str] = (),
         thread_ts: str | None = None,
         **message: Any,
     ) -> Posted:
         """Post ``message`` (``chat.postMessage`` fields) tagged with ``tag``, once.
 
-        ``since`` (epoch seconds): an earlier attempt may have posted from then on, so look
-        first. ``exclude``: ts of messages with the same tag that are known and must not be
-        adopted (an old message left by a reassignment). Raises ``AnswerLost`` when every
-        try was ambiguous and nothing was found; other Slack errors are raised as they are.
+        ``attempt.unanswered``: an earlier attempt's post may have landed then, so look
+        there first. ``exclude``: ts of messages with the same tag that are known and must
+        not be adopted (an old message left by a reassignment).
+
+        Raises ``PostRefused`` when Slack answers the post with an error (a 429 with its
+        ``retry_after``), ``AnswerLost`` when every try was ambiguous and nothing was found,
+        and ``DeliveryFailed`` when a look-up could not finish (its budget spent, Slack
+        busy); each says what is left to look for (``unanswered``).
         """
-        if since is not None:
-            found = self._find(channel, tag, since, exclude, thread_ts, neutralise)
+        started = attempt.started_at or time.time()
+        unresolved = attempt.unanswered
+        search = _Search(self, channel, tag, exclude, thread_ts, neutralise)
+        if unresolved is not None:
+            found = search.run(unresolved)
             if found is not None:
                 logger.info("adopted an earlier post", extra={"channel": channel, "ts": found.ts})
                 return found
-        first_try: float | None = None
+            unresolved = None  # nothing landed there
         error: Exception | None = None
         for _ in range(self.tries):
-            first_try = first_try or time.time()
             try:
                 answer = self.posting.chat_postMessage(
                     channel=channel, thread_ts=thread_ts, metadata=tag.metadata(), **message
                 )
                 return Posted(str(answer["channel"]), str(answer["ts"]))
             except SlackApiError as exc:
-                if exc.response.status_code < 500:
-                    raise  # Slack answered: nothing was posted
+                if exc.response.status_code < 500:  # Slack answered: nothing was posted
+                    raise PostRefused(
+                        f"Slack refused the post to {channel}: {describe(exc)}",
+                        slack_error=exc,
+                        unanswered=unresolved,
+                        retry_after=retry_after(exc),
+                    ) from exc
                 error = exc
             except AMBIGUOUS_ERRORS as exc:
                 error = exc
+            unresolved = PostWindow(started)
             logger.warning(
                 "answer to a post lost (%s); looking for it before posting again",
                 type(error).__name__,
                 extra={"channel": channel},
             )
             self.sleep(self.settle_seconds)
-            found = self._find(
-                channel, tag, first_try - CLOCK_SKEW_SECONDS, exclude, thread_ts, neutralise
-            )
+            found = search.run(unresolved)
             if found is not None:
                 return found
         raise AnswerLost(
             f"posting to {channel} lost its answer {self.tries} times ({error!r}) and the post "
-            "was not found; the next attempt looks for it again"
+            "was not found; the next attempt looks for it again",
+            unanswered=unresolved,
         )
 
-    def _find(
-        self,
-        channel: str,
-        tag: PostTag,
-        oldest: float,
-        exclude: Collection[str],
-        thread_ts: str | None,
-        neutralise: Neutralise,
-    ) -> Posted | None:
-        """Our message carrying ``tag`` in ``channel`` since ``oldest``; the first one posted
-        is kept and the others neutralised."""
-        bot_id = self._our_bot_id()
-        found = sorted(
-            (
-                m
-                for m in self._listed(channel, oldest, thread_ts)
-                if tag.matches(m)
-                and m.get("bot_id") == bot_id
-                and str(m.get("ts")) not in exclude
-                and str(m.get("ts")) != thread_ts
-            ),
-            key=lambda m: float(m["ts"]),
-        )
-        if not found:
-            return None
-        kept = str(found[0]["ts"])
-        for extra in found[1:]:
-            logger.warning(
-                "neutralising a duplicate post", extra={"channel": channel, "ts": extra["ts"]}
-            )
-            neutralise(self.client, channel, str(extra["ts"]), kept)
-        return Posted(channel, kept, adopted=True)
-
-    def _listed(self, channel: str, oldest: float, thread_ts: str | None) -> list[dict[str, Any]]:
-        listed: list[dict[str, Any]] = []
-        cursor: str | None = None
-        for _ in range(MAX_PAGES):
-            arguments: dict[str, Any] = {
-                "channel": channel,
-                "oldest": f"{max(oldest, 0):.6f}",
-                "include_all_metadata": True,
-                "limit": PAGE_SIZE,
-            }
-            if cursor:
-                arguments["cursor"] = cursor
-            if thread_ts:
-                page = self.client.conversations_replies(ts=thread_ts, **arguments)
-            else:
-                page = self.client.conversations_history(**arguments)
-            listed.extend(page.get("messages") or [])
-            cursor = (page.get("response_metadata") or {}).get("next_cursor")
-            if not page.get("has_more") or not cursor:
-                break
-        # conversations.replies lists the parent whatever ``oldest`` says.
-        return [m for m in listed if float(m.get("ts") or 0) > oldest]
-
-    def _our_bot_id(self) -> str | None:
+    def our_bot_id(self) -> str:
         """The bot's own bot id: only its messages may be adopted, never another app's
         message that happens to carry the same metadata."""
         if self._bot_id is None:
             self._bot_id = str(self.client.auth_test()["bot_id"])
         return self._bot_id
+
+
+class _Search:
+    """One look for a tagged post in a window of a channel (or of a thread)."""
+
+    def __init__(
+        self,
+        poster: Poster,
+        channel: str,
+        tag: PostTag,
+        exclude: Collection[str],
+        thread_ts: str | None,
+        neutralise: Neutralise,
+    ) -> None:
+        self.poster = poster
+        self.channel = channel
+        self.tag = tag
+        self.exclude = exclude
+        self.thread_ts = thread_ts
+        self.neutralise = neutralise
+        self.method = REPLIES if thread_ts else HISTORY
+        self.holder = f"{tag.event_type}:{tag.payload.get(tag.key)}:{channel}"
+        """Who waits for a call of the budget: one search, attempt after attempt."""
+        self.matched = False
+        """Whether a page read so far held the post."""
+
+    def run(self, window: PostWindow) -> Posted | None:
+        """Our message carrying the tag, posted in ``window``; the first one posted is kept
+        and the others neutralised. None when nothing is there (or the conversation cannot
+        be read at all, after a warning: posting again is then all that can be done)."""
+        logger.info(
+            "looking for a lost post of %s in %s (from %.3f to %s, read to %s)",
+            self.holder,
+            self.channel,
+            window.start,
+            "now" if window.end is None else f"{window.end:.3f}",
+            window.read or "-",
+        )
+        bot_id = self._bot_id(window)
+        found: list[dict[str, Any]] = []
+        for message in self._listed(window):
+            if (
+                self.tag.matches(message)
+                and message.get("bot_id") == bot_id
+                and str(message.get("ts")) not in self.exclude
+                and str(message.get("ts")) != self.thread_ts
+            ):
+                found.append(message)
+                # A page that fails from now on must not leave this one counted as read:
+                # the next attempt reads it again, with any older copy below it.
+                self.matched = True
+        found.sort(key=lambda m: Decimal(str(m["ts"])))
+        if not found:
+            return None
+        kept = str(found[0]["ts"])
+        for extra in found[1:]:
+            logger.warning(
+                "neutralising a duplicate post", extra={"channel": self.channel, "ts": extra["ts"]}
+            )
+            self.neutralise(self.poster.client, self.channel, str(extra["ts"]), kept)
+        return Posted(self.channel, kept, adopted=True)
+
+    def _bot_id(self, window: PostWindow) -> str:
+        try:
+            return self.poster.our_bot_id()
+        except SlackApiError as exc:
+            raise DeliveryFailed(
+                f"looking for a lost post in {self.channel}: auth.test said {describe(exc)}",
+                unanswered=window,
+                retry_after=retry_after(exc),
+            ) from exc
+        except AMBIGUOUS_ERRORS as exc:
+            raise DeliveryFailed(
+                f"looking for a lost post in {self.channel}: auth.test failed "
+                f"({type(exc).__name__})",
+                unanswered=window,
+            ) from exc
+
+    def _listed(self, window: PostWindow) -> Iterator[dict[str, Any]]:
+        """Every message of the window, a page at a time.
+
+        Slack's ts is whole seconds of its clock plus a sequence number, so the window's
+        times (Redis's clock, give or take ``clock_skew_seconds``) become whole seconds: from
+        the second of its start to the one after its end. History lists newest first, so
+        each page moves the upper bound down to the oldest message it held; a thread lists
+        oldest first, so each page moves the lower bound up. Where an earlier look-up
+        stopped (``window.read``), this one goes on; a page that held the post is never
+        counted as read.
+        """
+        skew = self.poster.look_ups.clock_skew_seconds
+        oldest = Decimal(math.floor(max(window.start - skew, 0.0)))
+        latest = None if window.end is None else Decimal(math.floor(window.end + skew) + 1)
+        if window.read:
+            mark = Decimal(window.read)
+            if self.thread_ts:
+                oldest = max(oldest, mark)
+            else:
+                latest = mark if latest is None else min(latest, mark)
+        read = window.read
+        while True:
+            left = PostWindow(window.start, window.end, read)
+            page = self._page(oldest, latest, left)
+            if page is None:
+                return
+            logger.debug(
+                "%s: page between %s and %s: %s",
+                self.holder,
+                oldest,
+                latest,
+                [str(m.get("ts")) for m in page.get("messages") or []],
+            )
+            messages = [
+                m
+                for m in page.get("messages") or []
+                if m.get("ts")
+                and str(m.get("ts")) != self.thread_ts
+                and _inside(Decimal(str(m["ts"])), oldest, latest)
+            ]
+            yield from messages
+            if not page.get("has_more") or not messages:
+                return
+            stamps = [Decimal(str(m["ts"])) for m in messages]
+            if self.thread_ts:
+                oldest = max(stamps)
+            else:
+                latest = min(stamps)
+            # Read up to here, and nothing of ours in it: the next attempt goes on from here.
+            # Not in the window of this attempt's own post (no end yet): a post still on its
+            # way may land above what was read, so that window is read again from the top.
+            if not self.matched and window.end is not None:
+                read = f"{oldest if self.thread_ts else latest:f}"
+
+    def _page(
+        self, oldest: Decimal, latest: Decimal | None, left: PostWindow
+    ) -> dict[str, Any] | None:
+        """One page of the conversation between ``oldest`` and ``latest`` (exclusive), or
+        None when Slack will never let the bot read it. ``left`` is what remains to be read,
+        for the next attempt when this one has to stop."""
+        look_ups = self.poster.look_ups
+        budget = look_ups.budgets.get(self.method)
+        if budget is not None:
+            wait = budget.take(holder=self.holder)
+            for _ in range(3):
+                # A call due within a moment (a generous budget) is waited for here; a
+                # longer wait ends the attempt, and no worker sleeps out a minute.
+                if not 0 < wait <= look_ups.max_wait_seconds:
+                    break
+                self.poster.sleep(wait)
+                wait = budget.take(holder=self.holder)
+            if wait > 0:
+                raise DeliveryFailed(
+                    f"looking for a lost post in {self.channel}: the budget of {self.method} "
+                    f"calls is spent; looking again in {wait:.2f} s",
+                    unanswered=left,
+                    retry_after=wait,
+                )
+        arguments: dict[str, Any] = {
+            "channel": self.channel,
+            "oldest": f"{oldest:f}",
+            "inclusive": False,
+            "include_all_metadata": True,
+            "limit": look_ups.page_size,
+        }
+        if latest is not None:
+            arguments["latest"] = f"{latest:f}"
+        try:
+            if self.thread_ts:
+                answer = self.poster.client.conversations_replies(ts=self.thread_ts, **arguments)
+            else:
+                answer = self.poster.client.conversations_history(**arguments)
+            return dict(answer.data) if isinstance(answer.data, dict) else {}
+        except SlackApiError as exc:
+            limited = retry_after(exc)
+            if limited is not None:
+                if budget is not None:
+                    budget.hold(limited)  # another app on the token, or a budget set too high
+                raise DeliveryFailed(
+                    f"looking for a lost post in {self.channel}: Slack limits {self.method}; "
+                    f"looking again in {limited:.0f} s",
+                    unanswered=left,
+                    retry_after=limited,
+                ) from exc
+            if is_permanent(exc):
+                logger.warning(
+                    "cannot read %s to look for a lost post (%s): posting again; a copy may "
+                    "show twice",
+                    self.channel,
+                    describe(exc),
+                    extra={"channel": self.channel},
+                )
+                return None
+            raise DeliveryFailed(
+                f"looking for a lost post in {self.channel}: {describe(exc)}", unanswered=left
+            ) from exc
+        except AMBIGUOUS_ERRORS as exc:
+            raise DeliveryFailed(
+                f"looking for a lost post in {self.channel}: {type(exc).__name__}",
+                unanswered=left,
+            ) from exc
+
+
+def _inside(ts: Decimal, oldest: Decimal, latest: Decimal | None) -> bool:
+    return ts > oldest and (latest is None or ts < latest)

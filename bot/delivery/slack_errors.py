@@ -104,6 +104,34 @@ def is_permanent(exc: BaseException) -> bool:
     return code is not None and code not in TRANSIENT_ERRORS and code in PERMANENT_ERRORS
 
 
+RETRY_AFTER_DEFAULT_SECONDS = 60.0
+"""How long to wait after a 429 that names no ``Retry-After`` (Slack's limits are per
+minute)."""
+RETRY_AFTER_MAX_SECONDS = 3600.0
+"""Longest wait taken from a ``Retry-After`` (a malformed or hostile header)."""
+
+
+def retry_after(exc: BaseException) -> float | None:
+    """Seconds Slack asked to wait before calling again, when ``exc`` is a 429 (from its
+    ``Retry-After`` header); None for any other error."""
+    if not isinstance(exc, SlackApiError):
+        return None
+    response = exc.response
+    if getattr(response, "status_code", 200) != 429 and error_code(exc) != "ratelimited":
+        return None
+    headers = getattr(response, "headers", None) or {}
+    value = next((v for k, v in headers.items() if str(k).lower() == "retry-after"), None)
+    if isinstance(value, list | tuple):
+        value = value[0] if value else None
+    try:
+        seconds = float(value) if value is not None else RETRY_AFTER_DEFAULT_SECONDS
+    except (TypeError, ValueError):
+        seconds = RETRY_AFTER_DEFAULT_SECONDS
+    if seconds != seconds:  # NaN
+        seconds = RETRY_AFTER_DEFAULT_SECONDS
+    return min(max(seconds, 1.0), RETRY_AFTER_MAX_SECONDS)
+
+
 def describe(exc: BaseException) -> str:
     """``exc`` as an admin reads it: ``is_archived (the channel is archived)``."""
     code = error_code(exc)

@@ -6,13 +6,15 @@ the copy posted to an escalation channel, and old messages left behind by a reas
 
 Posts go through ``bot.delivery.posting.Poster``: a post whose answer was lost is looked for
 before it is made again, so a flaky network never leaves two messages with live buttons.
+A 429 from Slack ends the attempt with ``DeliveryFailed(retry_after=...)``: the task comes
+back after ``Retry-After`` without spending an attempt, and no worker sleeps meanwhile.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from datetime import datetime
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from slack_sdk import WebClient
@@ -26,12 +28,12 @@ from bot.blockkit.message import (
     render_moved,
     thread_record_text,
 )
-from bot.delivery.posting import CLOCK_SKEW_SECONDS, Poster, PostTag, delete_extra
-from bot.delivery.slack_errors import describe, error_code, is_permanent
+from bot.delivery.posting import Poster, PostRefused, PostTag, delete_extra
+from bot.delivery.slack_errors import describe, error_code, is_permanent, retry_after
 from bot.mrkdwn import is_usergroup, reviewer_mention
 from store.exceptions import HandoffError
-from store.models import Handoff
-from worker.notifier import Undeliverable
+from store.models import Handoff, PostWindow
+from worker.notifier import FIRST_ATTEMPT, Attempt, DeliveryFailed, Undeliverable
 
 logger = logging.getLogger(__name__)
 
@@ -69,35 +71,37 @@ class SlackNotifier:
         self.on_change = on_change
         self.poster = poster or Poster(client)
 
-    def deliver(self, handoff: Handoff, *, attempt: int = 1) -> dict[str, Any]:
+    def deliver(self, handoff: Handoff, *, attempt: Attempt = FIRST_ATTEMPT) -> dict[str, Any]:
         """Post the handoff's message; returns its references.
 
-        From the second ``attempt`` on, an earlier attempt may have posted without hearing
-        back: the message is looked for (and adopted) before it is posted. When the handoff
-        was posted before (it has been reassigned), the new message becomes the primary one
-        and the old one is updated to point to it (an old message that cannot be updated, say
-        deleted, never keeps the new one from being linked).
+        When ``attempt.unanswered`` says an earlier attempt may have posted without hearing
+        back, the message is looked for there (and adopted) before it is posted. When the
+        handoff was posted before (it has been reassigned), the new message becomes the
+        primary one and the old one is updated to point to it (an old message that cannot be
+        updated, say deleted, never keeps the new one from being linked).
 
         Raises ``Undeliverable`` when Slack refuses the post for good (``is_archived``,
         ``not_in_channel``, ``invalid_auth``...; see ``bot.delivery.slack_errors``): the
-        handoff is then closed ``undeliverable`` without further attempts.
+        handoff is then closed ``undeliverable`` without further attempts; and
+        ``DeliveryFailed`` for what a later attempt may fix (with ``retry_after`` for a
+        rate limit).
         """
         channel = handoff.channel or self.default_channel
         if not channel:
             raise NoChannel(f"handoff {handoff.id} names no channel and HANDOFF_CHANNEL is not set")
-        try:
-            posted = self._post(handoff, channel, attempt=attempt)
-        except SlackApiError as exc:
-            # Only the post's own refusal says the message cannot be delivered: the look-up
-            # for an earlier post (conversations.history) or removing a duplicate may fail
-            # where posting works (chat:write.public posts in channels the bot has not
-            # joined, whose history says not_in_channel); those failures are retried.
-            if _refused_post(exc) and is_permanent(exc):
-                raise Undeliverable(
-                    f"Slack refused the message to {channel}: {describe(exc)}",
-                    code=error_code(exc),
-                ) from exc
-            raise
+        with _rate_limits_put_off(attempt.unanswered):
+            try:
+                posted = self._post(handoff, channel, attempt=attempt)
+            except PostRefused as exc:
+                # Only the post's own refusal says the message cannot be delivered: the
+                # look-up for an earlier post or removing a duplicate may fail where posting
+                # works; those failures are retried.
+                if is_permanent(exc.slack_error):
+                    raise Undeliverable(
+                        f"Slack refused the message to {channel}: {describe(exc.slack_error)}",
+                        code=error_code(exc.slack_error),
+                    ) from exc
+                raise
         refs: dict[str, Any] = {"channel": posted["channel"], "ts": posted["ts"]}
         old = handoff.message_refs
         if old.get("ts"):
@@ -118,7 +122,9 @@ class SlackNotifier:
         self._changed(handoff)
         return refs
 
-    def update(self, handoff: Handoff) -> dict[str, Any] | None:
+    def update(
+        self, handoff: Handoff, *, attempt: Attempt = FIRST_ATTEMPT
+    ) -> dict[str, Any] | None:
         """Re-render every message of the handoff; after a decision, also post a short
         record in the primary message's thread (once: its ts is kept in the refs)."""
         refs = dict(handoff.message_refs)
@@ -127,59 +133,66 @@ class SlackNotifier:
             if handoff.delivery.state.value in ("completed", "failed"):
                 return None  # never posted to Slack (e.g. delivered to the log): nothing to update
             raise RuntimeError(f"handoff {handoff.id} is not posted yet; will retry")
-        message = render_message(handoff)
-        self.client.chat_update(channel=channel, ts=ts, text=message.text, blocks=message.blocks)
-        for copy in refs.get("copies", []):
-            if copy.get("moved_to"):
-                self._show_moved(handoff, copy)
-            else:
-                shown = render_message(handoff, note=escalation_note(handoff))
-                self.client.chat_update(
-                    channel=copy["channel"], ts=copy["ts"], text=shown.text, blocks=shown.blocks
-                )
-        self._changed(handoff)
-        if not handoff.is_pending and not refs.get("record_ts"):
+        with _rate_limits_put_off(attempt.unanswered):
+            message = render_message(handoff)
+            self.client.chat_update(
+                channel=channel, ts=ts, text=message.text, blocks=message.blocks
+            )
+            for copy in refs.get("copies", []):
+                if copy.get("moved_to"):
+                    self._show_moved(handoff, copy)
+                else:
+                    shown = render_message(handoff, note=escalation_note(handoff))
+                    self.client.chat_update(
+                        channel=copy["channel"],
+                        ts=copy["ts"],
+                        text=shown.text,
+                        blocks=shown.blocks,
+                    )
+            self._changed(handoff)
+            if handoff.is_pending or refs.get("record_ts"):
+                return None
             record = self.poster.post(
                 channel=channel,
                 thread_ts=ts,
                 text=thread_record_text(handoff),
                 tag=PostTag(RECORD_EVENT_TYPE, {"handoff_id": handoff.id}),
                 neutralise=delete_extra,
-                # A claim also updates the message, so a second attempt is no sure sign of a
-                # lost record; the record comes after the decision, and a thread is short.
-                since=_since(handoff.decided_at) if handoff.notify.attempt > 1 else None,
+                attempt=attempt,
             )
-            refs["record_ts"] = record.ts
-            return refs
-        return None
+        refs["record_ts"] = record.ts
+        return refs
 
     def remind(self, handoff: Handoff) -> None:
         """Reply in the message's thread, mentioning the reviewers."""
         refs = handoff.message_refs
         if not refs.get("ts"):
             raise RuntimeError(f"handoff {handoff.id} is not posted yet; will retry")
-        self.client.chat_postMessage(
-            channel=refs["channel"], thread_ts=refs["ts"], text=reminder_text(handoff)
-        )
+        with _rate_limits_put_off(None):
+            self.client.chat_postMessage(
+                channel=refs["channel"], thread_ts=refs["ts"], text=reminder_text(handoff)
+            )
 
-    def escalate(self, handoff: Handoff, *, attempt: int = 1) -> dict[str, Any] | None:
+    def escalate(
+        self, handoff: Handoff, *, attempt: Attempt = FIRST_ATTEMPT
+    ) -> dict[str, Any] | None:
         """Post a copy to the escalation channel, or call the escalation user group in the
-        message's thread (its members may then decide). From the second ``attempt`` on, the
-        copy is looked for before it is posted, as in ``deliver``."""
+        message's thread (its members may then decide). ``attempt`` as in ``deliver``."""
         target = handoff.escalate_to or ""
         refs = dict(handoff.message_refs)
-        # The same test of "a user group" as the permission check's, and its one mention,
-        # which escapes anything that is not a group id.
-        if is_usergroup(target):
-            if refs.get("ts"):
-                group = reviewer_mention(target)
-                self.client.chat_postMessage(
-                    channel=refs["channel"],
-                    thread_ts=refs["ts"],
-                    text=f":rotating_light: {group}: please decide this request.",
-                )
-            return None
-        posted = self._post(handoff, target, note=escalation_note(handoff), attempt=attempt)
+        with _rate_limits_put_off(attempt.unanswered):
+            # The same test of "a user group" as the permission check's, and its one
+            # mention, which escapes anything that is not a group id.
+            if is_usergroup(target):
+                if refs.get("ts"):
+                    group = reviewer_mention(target)
+                    self.client.chat_postMessage(
+                        channel=refs["channel"],
+                        thread_ts=refs["ts"],
+                        text=f":rotating_light: {group}: please decide this request.",
+                    )
+                return None
+            posted = self._post(handoff, target, note=escalation_note(handoff), attempt=attempt)
         refs["copies"] = [
             *refs.get("copies", []),
             {"channel": posted["channel"], "ts": posted["ts"]},
@@ -196,24 +209,19 @@ class SlackNotifier:
             logger.exception("App Home refresh failed", extra={"handoff_id": handoff.id})
 
     def _post(
-        self, handoff: Handoff, channel: str, *, note: str | None = None, attempt: int
+        self, handoff: Handoff, channel: str, *, note: str | None = None, attempt: Attempt
     ) -> dict[str, str]:
         """Post the handoff's message with buttons to ``channel``, once (see ``Poster``)."""
         message = render_message(handoff, note=note)
         refs = handoff.message_refs
         known = [refs.get("ts"), *(copy.get("ts") for copy in refs.get("copies", []))]
-        since = None
-        if attempt > 1:
-            # Not before the handoff existed, nor (after a reassignment) before its last post.
-            since = max(handoff.created_at.timestamp(), float(refs.get("ts") or 0))
-            since -= CLOCK_SKEW_SECONDS
         posted = self.poster.post(
             channel=channel,
             text=message.text,
             blocks=message.blocks,
             tag=PostTag(METADATA_EVENT_TYPE, {"handoff_id": handoff.id, "run_id": handoff.run_id}),
             neutralise=self._neutraliser(handoff),
-            since=since,
+            attempt=attempt,
             exclude={str(ts) for ts in known if ts},
             unfurl_links=False,
             unfurl_media=False,
@@ -265,11 +273,20 @@ class SlackNotifier:
             )
 
 
-def _since(moment: datetime | None) -> float | None:
-    return None if moment is None else moment.timestamp() - CLOCK_SKEW_SECONDS
-
-
-def _refused_post(exc: SlackApiError) -> bool:
-    """Was ``exc`` the answer to ``chat.postMessage`` itself?"""
-    api_url = str(getattr(exc.response, "api_url", "") or "")
-    return api_url.rstrip("/").endswith("chat.postMessage")
+@contextmanager
+def _rate_limits_put_off(unanswered: PostWindow | None) -> Iterator[None]:
+    """A 429 from any call in the block ends the attempt with ``DeliveryFailed``, to be run
+    again after ``Retry-After`` (no worker sleeps it out); ``unanswered`` is what the
+    attempt leaves to look for, unchanged by calls that post nothing."""
+    try:
+        yield
+    except SlackApiError as exc:
+        wait = retry_after(exc)
+        if wait is None:
+            raise
+        method = str(getattr(exc.response, "api_url", "") or "").rstrip("/").rsplit("/", 1)[-1]
+        raise DeliveryFailed(
+            f"Slack rate-limits {method or 'the call'}; trying again in {wait:.0f} s",
+            unanswered=unanswered,
+            retry_after=wait,
+        ) from exc

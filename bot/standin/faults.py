@@ -19,8 +19,9 @@ from __future__ import annotations
 import random
 import threading
 from collections import Counter
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 RATELIMITED = "ratelimited"
 SERVER_ERROR = "server_error"
@@ -46,6 +47,9 @@ class Fault:
     reset_connection: bool
     error: str | None
     carried_out: bool = False
+    then: Callable[[dict[str, Any]], None] | None = None
+    """Run with the call's parameters after the call is carried out and before its answer
+    is lost (say, other people post in the channel meanwhile)."""
 
 
 class RandomFaults:

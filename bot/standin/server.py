@@ -36,7 +36,7 @@ from urllib.parse import urlencode, urlsplit
 
 from slack_sdk.signature import SignatureVerifier
 
-from bot.standin import answers, faults, guard, payloads, webapi
+from bot.standin import answers, faults, guard, payloads, rate_limits, webapi
 from bot.standin.blockkit import (
     find_element,
 )
@@ -343,8 +343,11 @@ class SlackStandIn:
         reset_connection: bool = False,
         error: str | None = None,
         carried_out: bool = False,
+        then: Callable[[dict[str, Any]], None] | None = None,
+        after: int = 0,
     ) -> None:
-        """Make the next ``times`` calls of ``method`` ("*": any method) fail.
+        """Make the next ``times`` calls of ``method`` ("*": any method) fail (after letting
+        ``after`` calls through).
 
         ``status`` 429 answers ``{"ok": false, "error": "ratelimited"}`` with ``Retry-After``
         (``retry_after``, default 1); 5xx answers an error body. ``error`` instead answers HTTP 200
@@ -352,9 +355,12 @@ class SlackStandIn:
         with ``carried_out`` the call is made first (Slack did the work, the answer was lost).
         ``delay`` waits first (to trip client timeouts); with ``status=200`` and no error the call
         is then carried out normally, as when Slack did the work but answered too late.
+        ``then`` (with ``carried_out``) is called with the call's parameters after the call is
+        made and before the answer is lost: e.g. other members post in the channel before the
+        bot can look.
         """
-        if times < 1:
-            raise ValueError("times must be at least 1")
+        if times < 1 or after < 0:
+            raise ValueError("times must be at least 1, and after at least 0")
         fault = Fault(
             status=status,
             retry_after=retry_after,
@@ -362,9 +368,44 @@ class SlackStandIn:
             reset_connection=reset_connection,
             error=error,
             carried_out=carried_out and reset_connection,
+            then=then,
         )
         with self._ws.lock:
-            self._ws.faults.setdefault(method, deque()).extend([fault] * times)
+            self._ws.faults.setdefault(method, deque()).extend([None] * after + [fault] * times)
+
+    def limit(
+        self, method: str, *, calls: int, per_seconds: float, page_size: int | None = None
+    ) -> None:
+        """From now on, answer calls of ``method`` beyond ``calls`` in any ``per_seconds``
+        with 429 and a ``Retry-After`` in whole seconds (until a call is allowed again), as
+        Slack does; ``page_size`` caps the messages a page of a listing method returns."""
+        with self._ws.lock:
+            self._ws.rate_limits.set(
+                method, calls=calls, per_seconds=per_seconds, page_size=page_size
+            )
+
+    def limit_like_slack(self, *, time_scale: float = 1.0) -> None:
+        """Slack's limits for apps outside the Slack Marketplace (since 2025): one call a
+        minute to ``conversations.history`` and to ``conversations.replies``, 15 messages a
+        page. ``time_scale`` shrinks the minute (0.01: 0.6 s) for tests that cannot wait one.
+
+        Example: ``slack.limit_like_slack()``; ``slack.refused_by_limits()`` then counts the
+        calls answered 429.
+        """
+        if time_scale <= 0:
+            raise ValueError("time_scale must be positive")
+        for method in rate_limits.HISTORY_METHODS:
+            self.limit(
+                method,
+                calls=rate_limits.NON_MARKETPLACE_HISTORY_CALLS,
+                per_seconds=rate_limits.SLACK_MINUTE * time_scale,
+                page_size=rate_limits.NON_MARKETPLACE_PAGE_SIZE,
+            )
+
+    def refused_by_limits(self) -> dict[str, int]:
+        """How many calls of each method the rate limits answered 429 so far."""
+        with self._ws.lock:
+            return dict(self._ws.rate_limits.refused)
 
     def fail_randomly(
         self,
@@ -453,9 +494,19 @@ class SlackStandIn:
             if fault.error is not None or (fault.status >= 300 and not fault.carried_out):
                 self._answer_fault(handler, method, params, fault)
                 return
+        with self._ws.lock:
+            limited = self._ws.rate_limits.admit(method, time.time())
+        if limited is not None:
+            limit = Fault(
+                status=429, retry_after=limited, delay=0.0, reset_connection=False, error=None
+            )
+            self._answer_fault(handler, method, params, limit)
+            return
         status, answer = 200, self._call(method, params, handler, token, decode_error)
         if fault is not None and fault.carried_out:
             self._record(method, params, 0, answer)
+            if fault.then is not None:
+                fault.then(params)
             _reset(handler)
             return
         self._record(method, params, status, answer)

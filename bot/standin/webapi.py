@@ -15,6 +15,7 @@ import secrets
 import time
 import zoneinfo
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from urllib.parse import parse_qsl
@@ -258,13 +259,20 @@ def conversations_open(ws: Workspace, params: dict[str, Any]) -> dict[str, Any]:
 
 
 def conversations_replies(ws: Workspace, params: dict[str, Any]) -> dict[str, Any]:
-    """conversations.replies: the thread's parent followed by its replies."""
+    """conversations.replies: the thread's parent, then its replies oldest first.
+
+    Honours ``oldest``/``latest`` (exclusive unless ``inclusive``) for the replies, ``limit``
+    (default 1000; the parent counts; capped by a rate limit's page size) and ``cursor``. The
+    parent comes first on every page whatever the window, as Slack lists it.
+    """
     channel = ws.resolve_channel(params.get("channel"))
     parent = ws.find_message(channel, str(params.get("ts", "")))
     if parent is None or parent.deleted:
         raise ApiError("thread_not_found")
     if parent.thread_ts and parent.thread_ts != parent.ts:
         parent = ws.find_message(channel, parent.thread_ts) or parent
+    window = _Window.from_params(params, default_limit=1000)
+    limit = ws.rate_limits.page_size("conversations.replies", window.limit)
     replies = ws.replies(channel, parent.ts)
     first = parent.to_slack(ws.team_id)
     if replies:
@@ -274,11 +282,50 @@ def conversations_replies(ws: Workspace, params: dict[str, Any]) -> dict[str, An
             reply_users=sorted({reply.user for reply in replies}),
             latest_reply=replies[-1].ts,
         )
+    if not _truthy(params.get("include_all_metadata")):
+        first.pop("metadata", None)
+    inside = [reply for reply in replies if window.holds(float(reply.ts))]
+    room = max(limit - 1, 1)
+    page = inside[window.start : window.start + room]
+    has_more = window.start + room < len(inside)
+    shown = [reply.to_slack(ws.team_id) for reply in page]
+    if not _truthy(params.get("include_all_metadata")):
+        for reply in shown:
+            reply.pop("metadata", None)
     return {
-        "messages": [first] + [reply.to_slack(ws.team_id) for reply in replies],
-        "has_more": False,
-        "response_metadata": {"next_cursor": ""},
+        "messages": [first, *shown],
+        "has_more": has_more,
+        "response_metadata": {"next_cursor": f"next:{window.start + room}" if has_more else ""},
     }
+
+
+@dataclass(frozen=True)
+class _Window:
+    """The ``oldest``/``latest``/``inclusive``/``limit``/``cursor`` of a listing call."""
+
+    oldest: float
+    latest: float
+    inclusive: bool
+    limit: int
+    start: int
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any], *, default_limit: int) -> _Window:
+        try:
+            return cls(
+                oldest=float(params.get("oldest") or 0),
+                latest=float(params.get("latest") or "inf"),
+                inclusive=_truthy(params.get("inclusive")),
+                limit=min(max(int(params.get("limit") or default_limit), 1), 999),
+                start=int(str(params.get("cursor") or "0").removeprefix("next:")),
+            )
+        except ValueError as exc:
+            raise ApiError("invalid_arguments") from exc
+
+    def holds(self, ts: float) -> bool:
+        if self.inclusive:
+            return self.oldest <= ts <= self.latest
+        return self.oldest < ts < self.latest
 
 
 def _truthy(value: Any) -> bool:
@@ -306,23 +353,12 @@ def conversations_history(ws: Workspace, params: dict[str, Any]) -> dict[str, An
     """conversations.history: the channel's top-level messages, newest first.
 
     Honours ``oldest``/``latest`` (exclusive unless ``inclusive``), ``limit`` (default 100,
-    at most 999), ``cursor`` and ``include_all_metadata``.
+    at most 999, and at most a rate limit's page size), ``cursor`` and
+    ``include_all_metadata``.
     """
     channel = ws.resolve_channel(params.get("channel"))
-    try:
-        oldest = float(params.get("oldest") or 0)
-        latest = float(params.get("latest") or "inf")
-        limit = min(max(int(params.get("limit") or 100), 1), 999)
-        start = int(str(params.get("cursor") or "0").removeprefix("next:"))
-    except ValueError as exc:
-        raise ApiError("invalid_arguments") from exc
-    inclusive = _truthy(params.get("inclusive"))
-
-    def in_window(ts: float) -> bool:
-        if inclusive:
-            return oldest <= ts <= latest
-        return oldest < ts < latest
-
+    window = _Window.from_params(params, default_limit=100)
+    limit = ws.rate_limits.page_size("conversations.history", window.limit)
     found = sorted(
         (
             m
@@ -330,11 +366,12 @@ def conversations_history(ws: Workspace, params: dict[str, Any]) -> dict[str, An
             if m.channel == channel
             and not m.deleted
             and (m.thread_ts is None or m.thread_ts == m.ts)
-            and in_window(float(m.ts))
+            and window.holds(float(m.ts))
         ),
         key=lambda m: float(m.ts),
         reverse=True,
     )
+    start = window.start
     page = found[start : start + limit]
     has_more = start + limit < len(found)
     with_metadata = _truthy(params.get("include_all_metadata"))

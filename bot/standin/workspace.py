@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bot.standin.faults import Fault, RandomFaults
+from bot.standin.rate_limits import RateLimits
 from bot.standin.records import ApiCall, Ephemeral, Message, StandInUser, View
 
 TRIGGER_TTL_SECONDS = 3.0
@@ -101,9 +102,11 @@ class Workspace:
         self.triggers: dict[str, Trigger] = {}
         self.response_urls: dict[str, ResponseUrl] = {}
         self.calls: list[ApiCall] = []
-        self.faults: dict[str, deque[Fault]] = {}
+        self.faults: dict[str, deque[Fault | None]] = {}
         self.random_faults: RandomFaults | None = None
         """Set by ``fail_randomly``: consulted when no queued fault applies."""
+        self.rate_limits = RateLimits()
+        """Set by ``limit`` and ``limit_like_slack``: calls over them are answered 429."""
         self.events: dict[str, bytes] = {}
         """Event bodies sent to the bot, by event_id, for ``resend_event``."""
         self._last_ts_micros = 0
@@ -258,6 +261,6 @@ class Workspace:
             for key in (method, "*"):
                 queue = self.faults.get(key)
                 if queue:
-                    return queue.popleft()
+                    return queue.popleft()  # None: a call let through (``after``)
             random_faults = self.random_faults
         return random_faults.draw(method) if random_faults is not None else None

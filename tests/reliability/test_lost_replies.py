@@ -5,7 +5,7 @@ Every mutating script of ``store.scripts`` is called through ``LosingProxy``, wh
 command in the real Redis and then cuts the connection instead of answering. The store's
 clients (``StoreSettings.open_redis``, ``Handoffs.from_url``) resend on connection errors;
 before, such a call raised ``ConnectionError`` (or a false ``NotRetryable``, a second audit
-event, a due batch hidden for the dispatch timeout).
+event, a due batch hidden for the dispatch timeout, an attempt's end reported ``stale``).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from bot.keys import BotKeys
 from store import scripts
 from store.ids import new_handoff_id
 from store.models import HandoffRequest, Status, TaskKind, TaskState
+from store.rate_budget import RateBudget
 from store.repository import HandoffStore, StoreConfig, TaskPolicy
 from store.settings import StoreSettings, connect
 from tests.support.redis_proxy import LosingProxy
@@ -237,6 +238,33 @@ def test_an_attempt_start_whose_reply_was_lost_runs_the_same_attempt(
     assert proxy.lost
     assert (start.action, start.attempt) == ("run", 1)
     assert events(store, handoff_id) == ["created", "delivery_started"]
+
+
+@pytest.mark.parametrize("error", [None, "Slack said no"], ids=["completed", "failed"])
+def test_an_attempts_end_whose_reply_was_lost_is_reported_as_recorded(
+    proxy: LosingProxy, agent: Handoffs, store: HandoffStore, error: str | None
+) -> None:
+    handoff_id = _create(agent)
+    start = store.begin_task(handoff_id, TaskKind.DELIVER, run_token="job-1")
+    proxy.lose_reply(script=scripts.FINISH_TASK)
+
+    outcome = store.finish_task(handoff_id, TaskKind.DELIVER, attempt=start.attempt, error=error)
+
+    assert proxy.lost
+    assert outcome == ("completed" if error is None else "retrying"), "not 'stale'"
+    ended = "delivered" if error is None else "delivery_attempt_failed"
+    assert events(store, handoff_id) == ["created", "delivery_started", ended]
+
+
+def test_a_budget_call_whose_reply_was_lost_is_still_the_callers(
+    proxy: LosingProxy, store: HandoffStore
+) -> None:
+    budget = RateBudget(store.redis, store.keys, "conversations.history", calls_per_minute=1)
+    proxy.lose_reply(script=scripts.TAKE_BUDGET)
+
+    assert budget.take() == 0, "the call the first run took is this caller's"
+    assert proxy.lost
+    assert 59 < budget.take() <= 60, "and it was taken once"
 
 
 def test_an_expiry_sweep_whose_reply_was_lost_reports_what_it_expired(

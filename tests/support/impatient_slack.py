@@ -3,12 +3,15 @@ the stand-in can answer after the client stopped waiting (a lost answer)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 from slack_sdk import WebClient
 
 from bot.delivery.posting import Poster
 from bot.standin import SlackStandIn, StandInUser
+from store.models import PostWindow
+from worker.notifier import Attempt
 
 CLIENT_TIMEOUT = 0.25
 LATE = 0.45
@@ -31,3 +34,10 @@ def impatient_client(slack: SlackStandIn) -> WebClient:
 def settling_poster(client: WebClient) -> Poster:
     """A ``Poster`` on ``client`` that looks for a lost post after ``SETTLE_SECONDS``."""
     return Poster(client, settle_seconds=SETTLE_SECONDS)
+
+
+def looking_back(seconds: float = 60.0, *, number: int = 2) -> Attempt:
+    """A later attempt told that an earlier one's post may have landed unanswered in the
+    last ``seconds`` (as the store tells a job after a worker was lost)."""
+    now = time.time()
+    return Attempt(number, now, PostWindow(now - seconds, now))

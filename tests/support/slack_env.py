@@ -100,6 +100,10 @@ class SlackEnv:
             "HANDOFF_ALLOW_ANY_CHANNEL_MEMBER": "true",
             "HANDOFF_SWEEP_INTERVAL_SECONDS": "0.1",
             "HANDOFF_RETRY_BACKOFF_SECONDS": "0.2",
+            # The stand-in limits no look-up unless a test makes it play Slack's limits
+            # (limit_like_slack, with a budget to match): the default budget, one call a
+            # minute, would only slow the tests of lost answers down.
+            "HANDOFF_SLACK_HISTORY_CALLS_PER_MINUTE": "6000",
             **self.extra_env,
         }
 
