@@ -68,6 +68,13 @@ def posting_client(client: WebClient) -> WebClient:
     return _twin(client, token=client.token, retry_handlers=handlers)
 
 
+def reading_client(client: WebClient) -> WebClient:
+    """A twin of ``client`` that repeats no call: for reads each taken from a budget of the
+    few calls Slack allows (``conversations.history``: one a minute), where a retry is one
+    more call Slack may refuse."""
+    return _twin(client, token=client.token, retry_handlers=[])
+
+
 def tokenless(client: WebClient) -> WebClient:
     """A twin of ``client`` without its token, for a Bolt app whose ``authorize`` hands
     each request the token (Bolt copies the app's client for every request)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -206,13 +207,51 @@ class PostWindow:
 
     The next attempt looks for the post in that window, and only then, before posting again.
     ``read``: how far an earlier look-up cut short got, as a Slack message ts (the messages
-    of the window beyond it, on the side the look-up starts from, were read).
+    of the window beyond it, on the side the look-up starts from, were read); ``found``:
+    the ts of posts of ours it saw there. ``route``: where that attempt posted (a
+    delivery's channel as routed, "" for the default channel, "?" unknown; None: where
+    this attempt posts).
     Example: ``PostWindow(1764643200.0, 1764643212.5)``.
     """
 
     start: float
     end: float | None = None
     read: str | None = None
+    found: tuple[str, ...] = ()
+    route: str | None = None
+
+    def to_stored(self) -> str:
+        """The window as the store's scripts keep it (JSON; times in microseconds, rounded
+        outwards so that it never loses a message it may hold)."""
+        start = max(math.floor(self.start * 1e6), 1)
+        end = None if self.end is None else max(math.ceil(self.end * 1e6), start)
+        return json.dumps(
+            {
+                "from": str(start),
+                "to": None if end is None else str(end),
+                "read": self.read or "",
+                "found": list(self.found),
+                "route": self.route,
+            }
+        )
+
+    @classmethod
+    def from_stored(cls, raw: str) -> PostWindow | None:
+        """The window the store's scripts kept, or None (none, or unreadable)."""
+        if not raw:
+            return None
+        try:
+            stored = json.loads(raw)
+            found = stored.get("found") or []
+            return cls(
+                start=int(stored["from"]) / 1e6,
+                end=int(stored["to"]) / 1e6,
+                read=str(stored.get("read") or "") or None,
+                found=tuple(str(ts) for ts in found) if isinstance(found, list) else (),
+                route=stored.get("route") if isinstance(stored.get("route"), str) else "?",
+            )
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return None
 
 
 class TaskProgress(BaseModel):

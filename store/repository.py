@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import math
 import os
 import secrets
 from collections.abc import Iterable, Iterator
@@ -257,6 +256,7 @@ class HandoffStore:
                 policy_json,
                 actor,
                 request.run_id,
+                request.channel or "",
             ],
         )
         created, stored_id = bool(int(result[0])), as_text(result[1])
@@ -750,18 +750,12 @@ class HandoffStore:
         action = as_text(result[0])
         if action != "run":
             return TaskStart(action=action)
-        unanswered_from, unanswered_to = int(result[4]), int(result[5])
-        read = as_text(result[6]) or None
         return TaskStart(
             action="run",
             attempt=int(result[1]),
             handoff=self.from_document(handoff_id, result[2]),
             started_at=int(result[3]) / 1000,
-            unanswered=(
-                PostWindow(unanswered_from / 1e6, unanswered_to / 1e6, read)
-                if unanswered_from
-                else None
-            ),
+            unanswered=PostWindow.from_stored(as_text(result[4])),
         )
 
     def finish_task(
@@ -880,6 +874,20 @@ class HandoffStore:
             due.append(DueTask(TaskKind(kind), handoff_id, int(timeout_ms) / 1000))
         return due
 
+    def due_tasks(self, kinds: Iterable[TaskKind]) -> list[DueTask]:
+        """The outbox entries of ``kinds`` due now (by Redis's clock), without claiming them
+        (``handoff worker --burst`` asks whether anything is left to do)."""
+        seconds, micros = self.redis.time()
+        now_ms = seconds * 1000 + micros // 1000
+        prefixes = tuple(f"{kind.value}:" for kind in kinds)
+        due = []
+        for member in self.redis.zrangebyscore(self.keys.outbox, "-inf", now_ms):
+            text = as_text(member)
+            if text.startswith(prefixes):
+                kind, handoff_id = text.split(":", 1)
+                due.append(DueTask(TaskKind(kind), handoff_id, 0.0))
+        return due
+
     def expire_due(self, *, limit: int = defaults.SWEEP_BATCH) -> list[str]:
         """Expire pending handoffs whose deadline passed; returns their ids."""
         result = self._scripts["EXPIRE_DUE"](
@@ -969,20 +977,13 @@ def _fitting_types(
 
 
 def _unanswered_verdict(unanswered: PostWindow | Literal["unchanged"] | None) -> str:
-    """``finish_task``'s ``unanswered`` as FINISH_TASK reads it (see ``note_unanswered``):
-    microseconds, rounded outwards, so a window never loses a message it may hold."""
+    """``finish_task``'s ``unanswered`` as FINISH_TASK reads it (see ``note_unanswered``)."""
     if unanswered == UNCHANGED:
         return ""
     if unanswered is None:
         return "none"
     assert isinstance(unanswered, PostWindow)
-    start = max(math.floor(unanswered.start * 1e6), 1)
-    read = unanswered.read or ""
-    if not all(c.isdigit() or c == "." for c in read):
-        raise ValueError(f"a read mark is a Slack message ts, not {read!r}")
-    if unanswered.end is None:
-        return f"since:{start}:{read}"
-    return f"window:{start}:{max(math.ceil(unanswered.end * 1e6), start)}:{read}"
+    return unanswered.to_stored()
 
 
 def _new_decision_id() -> str:

@@ -120,6 +120,7 @@ local function plan_task(set, outbox, id, k, at, state, attempt, max)
   table.insert(set, k .. '_state'); table.insert(set, 'queued')
   table.insert(set, k .. '_limit'); table.insert(set, tonumber(attempt or 0) + max)
   table.insert(set, k .. '_deferred'); table.insert(set, 0)
+  table.insert(set, k .. '_failures'); table.insert(set, 0)
   table.insert(outbox, at); table.insert(outbox, k .. ':' .. id)
 end
 
@@ -242,7 +243,10 @@ local function close_pending(id, hkey, f, status, decision, actor, event, at, re
   local timers = {}
   for _, k in ipairs(PENDING_ONLY) do
     local state = f[k .. '_state']
-    if state and state ~= 'none' then
+    -- An escalation whose copy may have landed unanswered still runs, to find that copy
+    -- (BEGIN_TASK lets it); every other timer ends with the decision.
+    if state and state ~= 'none'
+        and not (k == 'escalate' and redis.call('HEXISTS', hkey, 'escalate_unans') == 1) then
       table.insert(timers, k .. ':' .. id)
       if state ~= 'running' then
         table.insert(set, k .. '_state'); table.insert(set, 'none')
@@ -299,43 +303,51 @@ local function close_undeliverable(id, hkey, at, reason, retention_ms)
 end
 
 -- When a post of a task may have reached Slack with its answer lost: an attempt whose call
--- went unanswered, or whose worker was lost, between ``_unans_from`` and ``_unans_to``
--- (microseconds, by the server's clock); ``_unans_read`` is how far a look-up cut short by
--- the rate limit got (a Slack message ts: the part of the window beyond it was read). The
--- next attempt looks there (and only then) before posting again. ``verdict`` is the
--- attempt's report: 'none' (nothing is unaccounted for), 'since:<us>:<read ts or empty>'
--- (from then until now, this attempt included) or 'window:<from>:<to>:<read ts or empty>'
--- (what is left of an earlier window). Resume tasks post nothing.
-local UNANSWERED = {'_unans_from', '_unans_to', '_unans_read'}
+-- went unanswered, or whose worker was lost, between ``from`` and ``to`` (microseconds, by
+-- the server's clock, as strings: Lua numbers print fourteen digits). ``read`` is how far a
+-- look-up cut short got (a Slack message ts: the part of the window beyond it was read),
+-- ``found`` the ts of posts of ours it saw there, ``route`` where the attempt posted (a
+-- delivery's channel as routed: its request's or a reassignment's; '' the default channel;
+-- '?' unknown). Kept as one JSON field, ``<task>_unans``; the next attempt looks there (and
+-- only there) before posting again. Resume tasks post nothing.
+local function unanswered_of(hkey, k)
+  local raw = redis.call('HGET', hkey, k .. '_unans')
+  if not raw then return nil end
+  local ok, w = pcall(cjson.decode, raw)
+  if ok and type(w) == 'table' then return w end
+  return nil
+end
 
 local function forget_unanswered(hkey, k)
-  redis.call('HDEL', hkey, k .. UNANSWERED[1], k .. UNANSWERED[2], k .. UNANSWERED[3])
+  redis.call('HDEL', hkey, k .. '_unans')
 end
 
+local function keep_unanswered(hkey, k, from, to, read, found, route)
+  if not from or not to or from > to then return forget_unanswered(hkey, k) end
+  if type(found) ~= 'table' then found = {} end
+  local kept = {}
+  for _, ts in ipairs(found) do
+    if type(ts) == 'string' and string.match(ts, '^%d+%.%d+$') then table.insert(kept, ts) end
+  end
+  redis.call('HSET', hkey, k .. '_unans', cjson.encode({
+    from = string.format('%d', from), to = string.format('%d', to),
+    read = type(read) == 'string' and string.match(read, '^%d+%.%d+$') and read or '',
+    found = kept, route = type(route) == 'string' and route or '?'}))
+end
+
+-- An attempt's report (FINISH_TASK): '' says nothing, 'none' nothing is unaccounted for,
+-- else a JSON window as above with ``to`` null for "until now" and ``route`` null for this
+-- attempt's own route.
 local function note_unanswered(hkey, k, verdict, now)
   if k == 'resume' or verdict == nil or verdict == '' then return end
-  local from, to, read
-  local since, since_read = string.match(verdict, '^since:(%d+):([%d.]*)$')
-  if since then
-    from, to, read = tonumber(since), now * 1000, since_read
-  else
-    local a, b, c = string.match(verdict, '^window:(%d+):(%d+):([%d.]*)$')
-    from, to, read = tonumber(a), tonumber(b), c
-  end
-  if from and to and from <= to then
-    -- Sixteen digits: written with %d, as Lua's own conversion keeps only fourteen.
-    redis.call('HSET', hkey, k .. UNANSWERED[1], string.format('%d', from),
-               k .. UNANSWERED[2], string.format('%d', to), k .. UNANSWERED[3], read)
-  else
-    forget_unanswered(hkey, k)
-  end
-end
-
--- The window as BEGIN_TASK reports it: from, to (us; 0, 0 for none) and the read mark.
-local function unanswered_of(hkey, k)
-  local w = redis.call('HMGET', hkey, k .. UNANSWERED[1], k .. UNANSWERED[2],
-                       k .. UNANSWERED[3])
-  return tonumber(w[1] or 0), tonumber(w[2] or 0), w[3] or ''
+  if verdict == 'none' then return forget_unanswered(hkey, k) end
+  local ok, v = pcall(cjson.decode, verdict)
+  if not ok or type(v) ~= 'table' then return end
+  local to = now * 1000
+  if v.to ~= nil and v.to ~= cjson.null then to = tonumber(v.to) end
+  local route = v.route
+  if type(route) ~= 'string' then route = redis.call('HGET', hkey, k .. '_route') or '?' end
+  keep_unanswered(hkey, k, tonumber(v.from), to, v.read, v.found, route)
 end
 
 -- A task that is out of attempts, or failed for good (``permanent``). Work asked for while
@@ -364,7 +376,8 @@ end
 
 # KEYS[1] handoff hash.
 # ARGV: prefix, id, request json, idempotency key or '', expires in ms or 0, index keys json,
-#       has resume (1/0), request type, task settings json, actor, run id (for the audit).
+#       has resume (1/0), request type, task settings json, actor, run id (for the audit),
+#       route (the request's channel, '' for the default one).
 CREATE = (
     PRELUDE
     + """
@@ -386,7 +399,7 @@ local t = cjson.decode(ARGV[9])
 redis.call('HSET', hkey, 'request', ARGV[3], 'status', 'pending', 'request_type', ARGV[8],
   'created_at', now, 'expires_at', expires_at, 'indexes', ARGV[6], 'idem_key', idem,
   'version', 1, 'has_resume', ARGV[7], 'policy', ARGV[9],
-  'deliver_state', 'queued', 'deliver_limit', t.deliver_max)
+  'deliver_state', 'queued', 'deliver_limit', t.deliver_max, 'route', ARGV[12] or '')
 POLICIES[hkey] = t
 if idem ~= '' then redis.call('SET', P .. 'idem:' .. idem, id) end
 for _, key in ipairs(cjson.decode(ARGV[6])) do redis.call('ZADD', key, 0, id) end
@@ -467,8 +480,8 @@ return {'ok'}
 # KEYS[1] handoff hash.  ARGV: prefix, id, task kind, run token, retention ms (for a
 # delivery out of attempts, which closes its handoff 'undeliverable').
 # Starts an attempt under a lease; the attempt number is the fencing token. Returns
-# {'run', attempt, document, started at ms, unanswered from us, unanswered to us, how far
-# a look-up read} (the window is 0, 0 when no post is unaccounted for), or {reason}.
+# {'run', attempt, document, started at ms, the unanswered window (JSON, '' for none; see
+# unanswered_of)}, or {reason}.
 BEGIN_TASK = (
     PRELUDE
     + """
@@ -481,10 +494,13 @@ if state == 'completed' or state == 'failed' or state == 'none' then return {sta
 local now = now_ms()
 local member = k .. ':' .. id
 local function started(attempt, at)
-  local from, to, read = unanswered_of(hkey, k)
-  return {'run', attempt, handoff_document(hkey, id), at, from, to, read}
+  return {'run', attempt, handoff_document(hkey, id), at,
+          redis.call('HGET', hkey, k .. '_unans') or ''}
 end
-if (k == 'remind' or k == 'escalate') and redis.call('HGET', hkey, 'status') ~= 'pending' then
+if (k == 'remind' or k == 'escalate') and redis.call('HGET', hkey, 'status') ~= 'pending'
+    and not (k == 'escalate' and unanswered_of(hkey, k)) then
+  -- Timers end with the decision; an escalation whose copy may have landed unanswered
+  -- runs once more, to find that copy and have it show the outcome.
   redis.call('HSET', hkey, k .. '_state', 'none')
   redis.call('ZREM', P .. 'outbox', member)
   return {'none'}
@@ -501,9 +517,24 @@ if state == 'running' and k ~= 'resume' then
   if from == 0 then from = now end
   local to = math.max(math.min(tonumber(f[4] or now), now), from)
   from, to = from * 1000, to * 1000
-  local was_from, was_to = unanswered_of(hkey, k)
-  if was_from > 0 then from, to = math.min(from, was_from), math.max(to, was_to) end
-  note_unanswered(hkey, k, string.format('window:%d:%d:', from, to), now)
+  local route = redis.call('HGET', hkey, k .. '_route') or '?'
+  local was = unanswered_of(hkey, k)
+  local found = {}
+  if was and was.route ~= route then
+    -- An earlier window in another channel (before a reassignment) is older: kept.
+    from, to, route, found = tonumber(was.from), tonumber(was.to), was.route, was.found
+  elseif was then
+    from, to, found = math.min(from, tonumber(was.from)), math.max(to, tonumber(was.to)), was.found
+  end
+  keep_unanswered(hkey, k, from, to, '', found, route)
+end
+if k == 'deliver' then
+  -- Where this attempt posts: a reassignment's channel, else the request's ('' the default
+  -- channel; '?' for a handoff stored before routes were kept).
+  local r = redis.call('HMGET', hkey, 'channel_override', 'route')
+  local route = r[1] or r[2] or '?'
+  if r[1] == '' then route = r[2] or '?' end
+  redis.call('HSET', hkey, 'deliver_route', route)
 end
 local attempt = tonumber(f[2] or 0) + 1
 if attempt > tonumber(f[3] or 0) then
@@ -545,7 +576,7 @@ local attempt = tonumber(ARGV[4])
 note_unanswered(hkey, k, ARGV[10], now)
 if ARGV[5] == '1' then
   redis.call('HSET', hkey, k .. '_state', 'completed', k .. '_done_at', now, k .. '_lease', 0,
-             k .. '_deferred', 0)
+             k .. '_deferred', 0, k .. '_failures', 0)
   -- Done: whatever it posted is known now.
   forget_unanswered(hkey, k)
   for field, value in pairs(cjson.decode(ARGV[7])) do
@@ -600,7 +631,10 @@ if attempt >= tonumber(f[3]) or ARGV[8] == '1' then
   if outcome == 'retrying' then return remember(op, {'retrying', now}) end
   return remember(op, {outcome})
 end
-local delay = math.min(tonumber(policy(hkey).backoff_ms) * 2 ^ (attempt - 1),
+-- The backoff doubles with the failures of this round, not with the attempt number (which
+-- deferrals for rate limits raise too).
+local failures = redis.call('HINCRBY', hkey, k .. '_failures', 1)
+local delay = math.min(tonumber(policy(hkey).backoff_ms) * 2 ^ (failures - 1),
                        tonumber(policy(hkey).backoff_max_ms))
 delay = math.max(delay, put_off)
 redis.call('HSET', hkey, k .. '_state', 'retrying')
@@ -836,10 +870,18 @@ local function keep_until(at)
   redis.call('PEXPIRE', KEYS[1], math.max(at - now, 0) + interval + 1000)
 end
 if hold > 0 then
-  -- Slack wants no call before now + hold: neither a free one nor a kept one.
-  redis.call('HSET', KEYS[1], 'next', math.max(next_at, now + hold),
-             'last', math.max(last, now + hold - interval))
-  keep_until(math.max(next_at, now + hold))
+  -- Slack wants no call before now + hold: neither a free one nor a kept one. The calls kept
+  -- for holders move back with it, in the same order and spacing, so that those who waited
+  -- longest are still served first.
+  local slot = now + hold
+  for _, waiting in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+    redis.call('ZADD', KEYS[2], slot, waiting)
+    slot = slot + interval
+  end
+  next_at = slot
+  redis.call('HSET', KEYS[1], 'next', next_at, 'last', math.max(last, now + hold - interval))
+  keep_until(next_at)
+  if slot > now + hold then redis.call('PEXPIRE', KEYS[2], slot - now + 3600000) end
   return 0
 end
 local function granted()

@@ -13,6 +13,7 @@ from slack_sdk.errors import SlackApiError
 from bot.delivery.posting import (
     AnswerLost,
     LookUps,
+    Posted,
     Poster,
     PostRefused,
     PostTag,
@@ -20,7 +21,9 @@ from bot.delivery.posting import (
 )
 from bot.standin import Message, SlackStandIn
 from store.ids import new_handoff_id
+from store.keys import KeySpace
 from store.models import HandoffRequest, TaskKind
+from store.rate_budget import RateBudget
 from store.repository import HandoffStore
 from tests.support.impatient_slack import (
     LATE,
@@ -235,11 +238,12 @@ def test_a_worker_whose_clock_runs_a_minute_fast_still_finds_its_lost_post(
     assert len(slack.calls("chat.postMessage")) == 1
 
 
-def test_a_page_that_held_the_post_is_read_again_when_a_later_page_fails(
+def test_a_copy_found_before_a_later_page_fails_is_remembered_by_the_next_attempt(
     slack: SlackStandIn, poster: Poster
 ) -> None:
-    """The post is on the first page; the second page fails: the next attempt must not
-    take the first page as read (it would post a second live copy)."""
+    """The post is on the first page; the second page fails: the next attempt reads on from
+    there, and still knows the copy the first page held (it would post a second live copy,
+    or read that page forever)."""
     earlier = looking_back()
     _post(poster)
     for n in range(20):
@@ -253,7 +257,85 @@ def test_a_page_that_held_the_post_is_read_again_when_a_later_page_fails(
     again = Attempt(3, unanswered=cut_short.value.unanswered)
     kept = _post(paged, attempt=again)
 
-    assert cut_short.value.unanswered is not None
-    assert cut_short.value.unanswered.read is None, "the page with the post counts as unread"
+    left = cut_short.value.unanswered
+    assert left is not None and left.found == (ours,), "the copy on the first page is kept"
+    assert left.read is not None, "and the first page is not read again"
     assert kept != ours and [m.ts for m in _live(slack)] == [kept], "the first copy kept"
     assert len(slack.calls("chat.postMessage")) == 2
+
+
+def _looked_up_one_page_an_attempt(
+    redis: Redis, slack: SlackStandIn, poster: Poster, *, attempts: int
+) -> tuple[Posted, int]:
+    """Post through a budget that gives one look-up page an attempt (as one call a minute
+    does), running attempts as the worker would (each given what the last one left)."""
+    budget = RateBudget(redis, KeySpace("ho"), "conversations.history", calls_per_minute=300)
+    paced = Poster(
+        poster.client,
+        settle_seconds=0,
+        look_ups=LookUps(
+            page_size=15, budgets={"conversations.history": budget}, max_wait_seconds=0
+        ),
+    )
+    attempt = looking_back()
+    for number in range(1, attempts + 1):
+        try:
+            return _posted(paced, attempt), number
+        except DeliveryFailed as put_off:
+            assert put_off.retry_after is not None and put_off.retry_after <= 0.2
+            time.sleep(put_off.retry_after + 0.01)
+            attempt = Attempt(number + 1, unanswered=put_off.unanswered)
+    raise AssertionError(f"not found in {attempts} attempts")
+
+
+def _posted(poster: Poster, attempt: Attempt) -> Posted:
+    return poster.post(
+        channel=CHANNEL,
+        tag=TAG,
+        text="Approve?",
+        blocks=BUTTONS,
+        neutralise=delete_extra,
+        attempt=attempt,
+    )
+
+
+def test_a_look_up_of_one_page_an_attempt_finds_the_post_above_older_messages_and_ends(
+    slack: SlackStandIn, poster: Poster, redis: Redis
+) -> None:
+    for n in range(20):
+        slack.message_event("U0ALICE", CHANNEL, f"chatter {n}")
+    ours = _post(poster)  # landed, its answer lost: the newest, on the first page
+
+    posted, attempts = _looked_up_one_page_an_attempt(redis, slack, poster, attempts=5)
+
+    assert posted.ts == ours and posted.adopted
+    assert attempts == 2, "page one, then page two: never page one again"
+    assert len(slack.calls("chat.postMessage")) == 1
+
+
+def test_a_copy_that_cannot_be_neutralised_now_is_neutralised_by_the_next_attempt(
+    slack: SlackStandIn, poster: Poster
+) -> None:
+    first, second = _post(poster), _post(poster)  # both landed, neither answer heard
+    slack.fail_next("chat.delete", status=429, retry_after=7)
+
+    with pytest.raises(DeliveryFailed) as limited:
+        _post(poster, attempt=looking_back())
+    left = limited.value.unanswered
+    kept = _post(poster, attempt=Attempt(3, unanswered=left))
+
+    assert limited.value.retry_after == 7
+    assert left is not None and set(left.found) == {first, second}
+    assert kept == first and [m.ts for m in _live(slack)] == [first]
+    assert len(slack.calls("chat.postMessage")) == 2, "no third copy"
+
+
+def test_look_ups_are_never_repeated_by_the_client_each_is_one_of_the_budgets(
+    slack: SlackStandIn, poster: Poster
+) -> None:
+    slack.fail_next("conversations.history", status=500)
+
+    with pytest.raises(DeliveryFailed):
+        _post(poster, attempt=looking_back())
+
+    assert len(slack.calls("conversations.history")) == 1

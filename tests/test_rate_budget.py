@@ -115,3 +115,18 @@ def test_callers_that_must_wait_are_served_in_turn(redis: Redis) -> None:
     assert budget.take("second") == 0
     time.sleep(max(0.0, third - second) + 0.01)
     assert budget.take("third") == 0
+
+
+def test_a_hold_keeps_the_calls_kept_for_holders_in_their_order(redis: Redis) -> None:
+    """Slack's long Retry-After pushes every call back; those who waited longest are still
+    served first, each at its own time."""
+    budget = _budget(redis, 1200)  # one call every 50 ms
+    budget.take("first")
+    waits = {holder: budget.take(holder) for holder in ("a", "b", "c")}
+    assert waits["a"] < waits["b"] < waits["c"]
+
+    budget.hold(0.3)
+    after = {holder: budget.take(holder) for holder in ("a", "b", "c")}
+
+    assert 0.25 < after["a"] < after["b"] < after["c"] <= 0.45
+    assert budget.take("late-comer") > after["c"], "served after those who waited"

@@ -1710,3 +1710,52 @@ def test_resumes_keep_no_post_window(redis: Redis, store: HandoffStore) -> None:
 
     assert store.begin_task(handoff.id, TaskKind.RESUME, run_token="job-2").unanswered is None
     assert start.unanswered is None
+
+
+def test_deferrals_never_lengthen_the_backoff_of_a_real_failure(
+    redis: Redis, store: HandoffStore
+) -> None:
+    handoff = create(store)
+    for number in range(1, 6):
+        store.begin_task(handoff.id, TaskKind.DELIVER, run_token=f"job-{number}")
+        store.finish_task(
+            handoff.id, TaskKind.DELIVER, attempt=number, error="429", defer_seconds=0.01
+        )
+        redis.zadd(store.keys.outbox, {f"deliver:{handoff.id}": 0})
+    start = store.begin_task(handoff.id, TaskKind.DELIVER, run_token="job-6")
+
+    store.finish_task(handoff.id, TaskKind.DELIVER, attempt=start.attempt, error="Slack said no")
+
+    due_at = redis.zscore(store.keys.outbox, f"deliver:{handoff.id}")
+    assert due_at is not None
+    seconds, micros = redis.time()
+    waited = due_at - (seconds * 1000 + micros / 1000)
+    assert waited <= store.config.tasks.backoff_seconds * 1000 + 50, "the first backoff, not 2^5"
+
+
+def test_a_delivery_remembers_where_each_attempt_posts_across_a_reassignment(
+    store: HandoffStore,
+) -> None:
+    handoff = create(store, channel="C0FIRST")
+    first = store.begin_task(handoff.id, TaskKind.DELIVER, run_token="job-1")
+    store.finish_task(
+        handoff.id,
+        TaskKind.DELIVER,
+        attempt=1,
+        error="lost",
+        unanswered=PostWindow(first.started_at),
+    )
+    store.reassign(handoff.id, by="U0ADMIN", channel="C0SECOND")
+
+    second = store.begin_task(handoff.id, TaskKind.DELIVER, run_token="job-2")
+
+    assert second.unanswered is not None and second.unanswered.route == "C0FIRST"
+    store.finish_task(
+        handoff.id,
+        TaskKind.DELIVER,
+        attempt=2,
+        error="lost",
+        unanswered=PostWindow(first.started_at),
+    )
+    third = store.begin_task(handoff.id, TaskKind.DELIVER, run_token="job-3")
+    assert third.unanswered is not None and third.unanswered.route == "C0SECOND"

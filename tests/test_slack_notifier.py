@@ -4,13 +4,14 @@ message with live buttons, and every message follows the handoff's state."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 
 import pytest
 
 from bot.delivery.slack_notifier import DUPLICATE_EVENT_TYPE, METADATA_EVENT_TYPE, SlackNotifier
 from bot.standin import Message, SlackStandIn
-from store.models import Handoff
+from store.models import Handoff, TaskKind
 from tests.support.impatient_slack import (
     LATE,
     impatient_client,
@@ -19,7 +20,7 @@ from tests.support.impatient_slack import (
     settling_poster,
 )
 from worker.client import Handoffs
-from worker.notifier import DeliveryFailed, Undeliverable
+from worker.notifier import Attempt, DeliveryFailed, Undeliverable
 
 CHANNEL = "C0APPROVALS"
 
@@ -200,3 +201,87 @@ def test_a_reassignment_whose_old_message_was_deleted_still_returns_the_new_one(
     # Later updates skip the message that is gone too.
     with_refs = handoffs.get(handoff.id).model_copy(update={"message_refs": refs})
     notifier.update(with_refs)
+
+
+def _attempt(handoffs: Handoffs, handoff_id: str, kind: TaskKind, token: str) -> Attempt:
+    """Begin an attempt at a task in the store, as a job does."""
+    start = handoffs.store.begin_task(handoff_id, kind, run_token=token)
+    assert start.action == "run", start
+    return Attempt(start.attempt, start.started_at, start.unanswered)
+
+
+def test_a_post_lost_before_a_reassignment_is_cleared_from_the_old_channel(
+    slack: SlackStandIn, notifier: SlackNotifier, handoffs: Handoffs
+) -> None:
+    handoff = _approval(handoffs)
+    first = _attempt(handoffs, handoff.id, TaskKind.DELIVER, "job-1")
+    slack.fail_next("chat.postMessage", reset_connection=True, carried_out=True)
+    slack.fail_next("conversations.history", status=500)
+    with pytest.raises(DeliveryFailed) as lost:
+        notifier.deliver(handoffs.get(handoff.id), attempt=first)
+    handoffs.store.finish_task(
+        handoff.id, TaskKind.DELIVER, attempt=1, error="lost", unanswered=lost.value.unanswered
+    )
+    moved = handoffs.store.reassign(handoff.id, by="U0ADMIN", channel="C0OTHER")
+
+    second = _attempt(handoffs, handoff.id, TaskKind.DELIVER, "job-2")
+    refs = notifier.deliver(moved, attempt=second)
+
+    assert second.unanswered is not None and second.unanswered.route == ""
+    [stray] = _posts_of(slack, handoff.id)
+    assert not _has_buttons(slack.message(CHANNEL, stray.ts)), "the stray lost its buttons"
+    assert refs["channel"] == "C0OTHER" and _has_buttons(slack.message("C0OTHER", refs["ts"]))
+
+
+def test_an_escalation_copy_lost_before_the_decision_is_found_and_kept(
+    slack: SlackStandIn, notifier: SlackNotifier, handoffs: Handoffs
+) -> None:
+    handoff = handoffs.request_approval(
+        run_id="run-1",
+        thread_id="t-1",
+        action="refund",
+        escalate_to="C0ESCALATE",
+        escalate_after=0.01,
+    )
+    refs = notifier.deliver(handoffs.get(handoff.id))
+    handoffs.store.link_message(handoff.id, refs["channel"], refs["ts"])
+    handoffs.store.redis.hset(
+        handoffs.store.keys.handoff(handoff.id), "message_refs", json.dumps(refs)
+    )
+    time.sleep(0.02)
+    first = _attempt(handoffs, handoff.id, TaskKind.ESCALATE, "job-1")
+    slack.fail_next("chat.postMessage", reset_connection=True, carried_out=True)
+    slack.fail_next("conversations.history", status=500)
+    with pytest.raises(DeliveryFailed) as lost:
+        notifier.escalate(handoffs.get(handoff.id), attempt=first)
+    handoffs.store.finish_task(
+        handoff.id, TaskKind.ESCALATE, attempt=1, error="lost", unanswered=lost.value.unanswered
+    )
+    decided = handoffs.decide(handoff.id, "approved", by="U0ALICE")
+
+    second = _attempt(handoffs, handoff.id, TaskKind.ESCALATE, "job-2")
+    found = notifier.escalate(decided, attempt=second)
+
+    assert found is not None
+    [copy] = found["copies"]
+    assert copy["channel"] == "C0ESCALATE"
+    assert len(slack.calls("chat.postMessage")) == 2, "found, not posted again"
+    outcome = handoffs.store.finish_task(
+        handoff.id, TaskKind.ESCALATE, attempt=second.number, message_refs=found
+    )
+    assert outcome == "completed"
+    notifier.update(handoffs.get(handoff.id))
+    assert not _has_buttons(slack.message("C0ESCALATE", copy["ts"])), "it shows the outcome"
+
+
+def test_a_reminder_whose_answer_was_lost_is_not_posted_twice(
+    slack: SlackStandIn, notifier: SlackNotifier, handoffs: Handoffs
+) -> None:
+    handoff = _approval(handoffs)
+    refs = notifier.deliver(handoffs.get(handoff.id))
+    posted = handoffs.get(handoff.id).model_copy(update={"message_refs": refs})
+    slack.fail_next("chat.postMessage", reset_connection=True, carried_out=True)
+
+    notifier.remind(posted)
+
+    assert len(slack.thread(CHANNEL, refs["ts"])) == 1

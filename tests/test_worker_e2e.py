@@ -260,3 +260,21 @@ def test_the_spawned_dispatcher_logs_like_its_worker(workers: WorkerProcesses) -
     line = next(x for x in workers.logs().splitlines() if "dispatcher started" in x)
     assert " INFO worker.runner: dispatcher started (pid " in line
     assert f"(pid {worker.pid})" not in line  # logged by the dispatcher's own process
+
+
+@pytest.mark.parametrize("work", ["all", "resumes"])
+def test_a_burst_stops_only_once_the_work_due_is_done(
+    handoffs: Handoffs, workers: WorkerProcesses, work: str
+) -> None:
+    """`--burst` (a cron job, a CI step) dispatches and works until nothing is due: it never
+    stops on an empty queue the dispatcher was about to fill."""
+    ids = [_approval(handoffs, "tests.support.resume_targets:record") for _ in range(3)]
+    for handoff_id in ids:
+        handoffs.decide(handoff_id, "approved", by="U_ALICE")
+
+    burst = workers.start(args=["--burst", "--work", work])
+    assert burst.wait(timeout=60) == 0
+
+    for handoff in handoffs.store.get_many(ids):
+        assert handoff.resume.state is TaskState.COMPLETED, workers.logs()
+        assert (handoff.delivery.state is TaskState.COMPLETED) is (work == "all")

@@ -65,9 +65,9 @@ def _start_worker(url: str, log: Path) -> subprocess.Popen[bytes]:
 
 
 def _wait_working(redis: Redis, worker: subprocess.Popen[bytes], log: Path) -> None:
-    """Until the worker is registered and its RQ scheduler holds the queue's lock."""
+    """Until both RQ workers of the pair are registered."""
     deadline = time.monotonic() + 15
-    while not (redis.scard("rq:workers") and redis.exists("rq:scheduler-lock:handoff")):
+    while redis.scard("rq:workers") < 2:
         assert worker.poll() is None, log.read_text()
         assert time.monotonic() < deadline, log.read_text()
         time.sleep(0.1)
@@ -85,7 +85,6 @@ def _working_worker(url: str, log: Path) -> Iterator[subprocess.Popen[bytes]]:
         if worker.poll() is None:
             os.killpg(worker.pid, signal.SIGKILL)
             worker.wait()
-        # RQ's scheduler, the worker's other child, is RQ's own and outlives a killed worker.
         with suppress(ProcessLookupError):
             os.killpg(worker.pid, signal.SIGKILL)
         for proc in descendants(worker.pid):
@@ -97,7 +96,7 @@ def test_a_worker_whose_redis_is_gone_stops_promptly_on_sigterm(
 ) -> None:
     server, url = redis_server
     with _working_worker(url, tmp_path / "worker.log") as worker:
-        # The dispatcher and RQ's scheduler must go too.
+        # The dispatcher, the Slack worker and the resume process must go too.
         started = descendants(worker.pid)
         assert len(started) >= 2, started
 
@@ -132,3 +131,19 @@ def test_a_dispatcher_whose_worker_was_killed_stops_at_once_even_with_redis_gone
         worker.wait()
 
         assert wait_gone([dispatcher], 3) == [], "the dispatcher outlived its worker"
+
+
+def test_a_worker_killed_outright_leaves_no_process_behind(
+    redis_server: tuple[subprocess.Popen[bytes], str], tmp_path: Path
+) -> None:
+    """SIGKILL runs no cleanup: what it started must end by itself (no RQ scheduler, whose
+    process outlived a killed worker, is run)."""
+    _, url = redis_server
+    log = tmp_path / "worker.log"
+    with _working_worker(url, log) as worker:
+        started = descendants(worker.pid)
+        assert len(started) >= 2, started
+        worker.kill()
+        worker.wait()
+
+        assert wait_gone(started, 5) == [], log.read_text()

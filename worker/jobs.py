@@ -104,7 +104,7 @@ def run_remind(namespace: str, handoff_id: str) -> str:
     """RQ job: remind the reviewers of a handoff that is still pending."""
 
     def remind(store: HandoffStore, handoff: Handoff, attempt: Attempt) -> dict[str, Any] | None:
-        _notifier.remind(handoff)
+        _notifier.remind(handoff, attempt=attempt)
         return None
 
     return _run_task(namespace, handoff_id, TaskKind.REMIND, remind)

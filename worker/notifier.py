@@ -94,8 +94,9 @@ class Notifier(Protocol):
         to store (replacing the old ones), or None to keep them."""
         ...
 
-    def remind(self, handoff: Handoff) -> None:
-        """Nudge the reviewers of a handoff that is still pending."""
+    def remind(self, handoff: Handoff, *, attempt: Attempt = FIRST_ATTEMPT) -> None:
+        """Nudge the reviewers of a handoff that is still pending (``attempt`` as in
+        ``deliver``)."""
         ...
 
     def escalate(
@@ -103,7 +104,8 @@ class Notifier(Protocol):
     ) -> dict[str, Any] | None:
         """Show a still-pending handoff to ``handoff.escalate_to`` as well; returns the new
         message references (kept on the handoff), or None to keep the old ones. ``attempt``
-        as in ``deliver``."""
+        as in ``deliver``. Called for a decided handoff only when ``attempt.unanswered``
+        says an earlier copy may have landed: find it, post nothing."""
         ...
 
 
@@ -129,7 +131,7 @@ class LoggingNotifier:
         logger.warning("handoff %s is %s (by %s)", handoff.id, handoff.status.value, decided_by)
         return None
 
-    def remind(self, handoff: Handoff) -> None:
+    def remind(self, handoff: Handoff, *, attempt: Attempt = FIRST_ATTEMPT) -> None:
         """Log a reminder."""
         logger.warning("reminder: handoff %s is still pending", handoff.id)
 

@@ -25,6 +25,7 @@ from rq.exceptions import StopRequested
 from rq.serializers import JSONSerializer
 
 from store import defaults
+from store.models import TaskKind
 from store.repository import HandoffStore, StoreConfig
 from worker import jobs
 from worker.dispatcher import Dispatcher
@@ -43,9 +44,6 @@ REDIS_CONNECT_TIMEOUT_SECONDS = 5.0
 SLACK_WORKER_STOP_SECONDS = 10.0
 """How long the Slack worker gets to finish the job at hand when its `handoff worker` stops,
 before it is killed (the task's lease covers the rest)."""
-SCHEDULER_STOP_SECONDS = 3.0
-"""How long RQ's scheduler process gets to stop (it sleeps 1 s between passes) before it is
-killed: its locks then expire by themselves."""
 _PR_SET_PDEATHSIG = 1
 
 T = TypeVar("T")
@@ -55,7 +53,7 @@ class _StoppableRetry(Retry):
     """Redis retries that end as soon as the process is asked to stop.
 
     Riding out an outage is right while working, wrong once a stop is asked for: RQ's
-    teardown (deregistering the worker, stopping the scheduler) would wait out the whole
+    teardown (deregistering the worker) would wait out the whole
     ``wait_seconds`` for a Redis that is gone, and a supervisor (or `handoff dev`) would have
     to kill the worker. What a stopping worker could not write is covered by the task
     leases, as for a worker that died.
@@ -164,7 +162,7 @@ def run_worker(
     redis_wait_seconds: float = defaults.REDIS_WAIT_SECONDS,
     work: WorkKind = "all",
 ) -> None:
-    """Run RQ workers (JSON serializer, scheduler on) on the project's queues.
+    """Run RQ workers (JSON serializer) on the project's queues.
 
     ``work`` "all" (the default) runs a pair: an RQ worker on the resume queue in this
     process and one on the queue of Slack work (``worker.queues``) in a child process, so
@@ -187,9 +185,26 @@ def run_worker(
     an error all the same, the RQ worker is started again here rather than the process
     exiting, so a Redis outage needs no supervisor to restart anything. A stop signal
     (SIGTERM, SIGINT) ends that waiting: the worker stops within seconds, Redis or not.
+
+    RQ's scheduler is not run: nothing is scheduled through RQ (retries and timers are the
+    store's outbox, moved to RQ by the dispatcher), and its process would outlive a worker
+    killed outright. With ``burst``, one process dispatches and works until no task is due.
     """
     if notifier is not None:
         jobs.configure(notifier=notifier)
+    if burst:
+        _work_until_quiet(
+            redis_url,
+            store_config=store_config,
+            queue_name=queue_name,
+            dispatch=with_dispatcher,
+            dispatch_timeout=dispatch_timeout,
+            name=name,
+            fork=fork,
+            redis_wait_seconds=redis_wait_seconds,
+            work=work,
+        )
+        return
     fork_context = multiprocessing.get_context("fork")
     children: list[BaseProcess] = []
     if with_dispatcher:
@@ -219,7 +234,7 @@ def run_worker(
             kwargs={
                 "name": f"{name}-slack" if name else None,
                 "fork": fork,
-                "burst": burst,
+                "burst": False,
                 "redis_wait_seconds": redis_wait_seconds,
                 "parent_pid": os.getpid(),
             },
@@ -234,13 +249,53 @@ def run_worker(
             own_queue,
             name=name,
             fork=fork,
-            burst=burst,
+            burst=False,
             redis_wait_seconds=redis_wait_seconds,
         )
-        if burst and slack_worker is not None:
-            slack_worker.join()
     finally:
         _stop_children(children, slack_worker)
+
+
+BURST_ROUNDS = 10_000
+"""Most dispatch-and-work rounds of a burst (each ends when its queues are empty)."""
+
+
+def _work_until_quiet(
+    redis_url: str,
+    *,
+    store_config: StoreConfig,
+    queue_name: str,
+    dispatch: bool,
+    dispatch_timeout: float,
+    name: str | None,
+    fork: bool,
+    redis_wait_seconds: float,
+    work: WorkKind,
+) -> None:
+    """A burst: dispatch what is due, work the queues empty, and again, until no task of
+    the served kinds is due (tasks retried or put off for later are left for later). In one
+    process: a worker that found its queue empty before a dispatcher elsewhere filled it
+    would stop with a due task undone."""
+    redis = background_redis(redis_url, wait_seconds=redis_wait_seconds)
+    store = HandoffStore(redis, store_config)
+    queues = TaskQueues.named(redis, queue_name)
+    served = {
+        "all": queues.distinct,
+        "resumes": [queues.resumes],
+        "slack": [queues.slack],
+    }[work]
+    kinds = [kind for kind in TaskKind if queues.for_kind(kind) in served]
+    dispatcher = Dispatcher(store, queues, dispatch_timeout=dispatch_timeout)
+    worker_class = _ForkWorker if fork else _SimpleWorker
+    for _ in range(BURST_ROUNDS):
+        if dispatch:
+            dispatcher.tick()
+        for queue in served:
+            worker = worker_class([queue], connection=redis, name=None, serializer=JSONSerializer)
+            worker.work(with_scheduler=False, burst=True)
+        if not any(q.count for q in served) and not store.due_tasks(kinds):
+            return
+    logger.warning("burst stopped after %d rounds with work still due", BURST_ROUNDS)
 
 
 def _serve_queue(
@@ -266,7 +321,7 @@ def _serve_queue(
                 serializer=JSONSerializer,
             )
             with contextlib.suppress(RedisError):  # its teardown may fail the same way
-                worker.work(with_scheduler=True, burst=burst)
+                worker.work(with_scheduler=False, burst=burst)
             if burst or worker._shutdown_requested_date is not None:
                 break
             # RQ ends its loop on an error it does not expect, such as Redis unreachable
@@ -308,29 +363,15 @@ def _stop_children(children: list[BaseProcess], slack_worker: BaseProcess | None
 class _PromptStop:
     """RQ's warm shutdown, bounded when Redis is gone (mixed into RQ's worker classes).
 
-    RQ's own waits for Redis at shutdown (deregistering, and joining its scheduler process,
-    which deregisters too) have no bound: with the connection's retries they took over a
-    minute for a Redis that was gone.
+    RQ's own waits for Redis at shutdown (deregistering) have no bound: with the
+    connection's retries they took over a minute for a Redis that was gone.
     """
 
     connection: Redis
-    scheduler: Any
 
     def handle_warm_shutdown_request(self) -> None:
         super().handle_warm_shutdown_request()  # type: ignore[misc]
         stop_retrying(self.connection)
-
-    def stop_scheduler(self) -> None:
-        process = getattr(self.scheduler, "_process", None)
-        if process is None or not process.pid:
-            return
-        with contextlib.suppress(OSError):
-            os.kill(process.pid, signal.SIGTERM)
-        process.join(SCHEDULER_STOP_SECONDS)
-        if process.is_alive():
-            logger.warning("RQ scheduler %d did not stop; killing it", process.pid)
-            process.kill()
-            process.join(1)
 
 
 class _SimpleWorker(_PromptStop, SimpleWorker):

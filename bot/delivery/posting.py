@@ -35,13 +35,15 @@ from slack_sdk.errors import SlackApiError
 
 from bot import defaults
 from bot.delivery.slack_errors import describe, is_permanent, retry_after
-from bot.slack_client import AMBIGUOUS_ERRORS, posting_client
+from bot.slack_client import AMBIGUOUS_ERRORS, posting_client, reading_client
 from store.keys import KeySpace
 from store.models import PostWindow
 from store.rate_budget import RateBudget
 from worker.notifier import FIRST_ATTEMPT, Attempt, DeliveryFailed
 
 logger = logging.getLogger(__name__)
+
+_NEUTRALISE_ERRORS: tuple[type[Exception], ...] = (SlackApiError, *AMBIGUOUS_ERRORS)
 
 HISTORY = "conversations.history"
 REPLIES = "conversations.replies"
@@ -139,11 +141,12 @@ class LookUps:
         return cls(page_size=page_size, clock_skew_seconds=clock_skew_seconds, budgets=budgets)
 
 
-Neutralise = Callable[[WebClient, str, str, str], None]
-"""``(client, channel, extra_ts, kept_ts)``: make an extra copy harmless."""
+Neutralise = Callable[[WebClient, str, str, str | None], None]
+"""``(client, channel, extra_ts, kept_ts)``: make an extra copy harmless (``kept_ts`` None:
+there is no kept copy in that channel, as for a stray left behind by a reassignment)."""
 
 
-def delete_extra(client: WebClient, channel: str, extra_ts: str, kept_ts: str) -> None:
+def delete_extra(client: WebClient, channel: str, extra_ts: str, kept_ts: str | None) -> None:
     """Neutralise an extra copy by deleting it (for thread replies nobody acts on)."""
     try:
         client.chat_delete(channel=channel, ts=extra_ts)
@@ -155,8 +158,9 @@ def delete_extra(client: WebClient, channel: str, extra_ts: str, kept_ts: str) -
 class Poster:
     """Posts tagged messages at most once (see the module's docstring).
 
-    ``client`` reads history and neutralises extras; posts go through ``posting`` (by
-    default a twin of ``client`` that repeats nothing but what its client does for 429s).
+    ``client`` neutralises extras; posts go through ``posting`` (by default a twin of
+    ``client`` that repeats nothing but what its client does for 429s), and the look-ups
+    through ``reading`` (a twin that repeats nothing: each call is one of the budget's).
     After an ambiguous failure the poster waits ``settle_seconds`` (default: the client's
     timeout), so that a post still on its way lands before it looks; it tries ``tries``
     posts per call (each lost answer costs the client's timeout plus the settling time:
@@ -179,9 +183,11 @@ class Poster:
         tries: int = 2,
         sleep: Callable[[float], None] = time.sleep,
         look_ups: LookUps | None = None,
+        reading: WebClient | None = None,
     ) -> None:
         self.client = client
         self.posting = posting or posting_client(client)
+        self.reading = reading or reading_client(client)
         self.settle_seconds = float(client.timeout if settle_seconds is None else settle_seconds)
         self.tries = tries
         self.sleep = sleep
@@ -253,6 +259,30 @@ class Poster:
             unanswered=unresolved,
         )
 
+    def find(
+        self,
+        *,
+        channel: str,
+        tag: PostTag,
+        neutralise: Neutralise,
+        window: PostWindow,
+        exclude: Collection[str] = (),
+        thread_ts: str | None = None,
+    ) -> Posted | None:
+        """Only look: our post carrying ``tag`` in ``window``, adopted (extra copies
+        neutralised), or None. Raises ``DeliveryFailed`` when the look-up could not finish
+        (its ``unanswered`` says what is left)."""
+        return _Search(self, channel, tag, exclude, thread_ts, neutralise).run(window)
+
+    def clear(
+        self, *, channel: str, tag: PostTag, neutralise: Neutralise, window: PostWindow
+    ) -> int:
+        """Neutralise every post carrying ``tag`` in ``window`` (strays: none of them is
+        kept, say in a channel the handoff was moved from); returns how many."""
+        search = _Search(self, channel, tag, (), None, neutralise)
+        search.run(window, keep_first=False)
+        return search.neutralised
+
     def our_bot_id(self) -> str:
         """The bot's own bot id: only its messages may be adopted, never another app's
         message that happens to carry the same metadata."""
@@ -282,44 +312,68 @@ class _Search:
         self.method = REPLIES if thread_ts else HISTORY
         self.holder = f"{tag.event_type}:{tag.payload.get(tag.key)}:{channel}"
         """Who waits for a call of the budget: one search, attempt after attempt."""
-        self.matched = False
-        """Whether a page read so far held the post."""
+        self.found: list[str] = []
+        """The ts of our posts found so far."""
+        self.neutralised = 0
+        self._read_all: str | None = None
+        """The read mark of a window read to its end."""
 
-    def run(self, window: PostWindow) -> Posted | None:
+    def run(self, window: PostWindow, *, keep_first: bool = True) -> Posted | None:
         """Our message carrying the tag, posted in ``window``; the first one posted is kept
-        and the others neutralised. None when nothing is there (or the conversation cannot
-        be read at all, after a warning: posting again is then all that can be done)."""
+        and the others neutralised (all of them, without ``keep_first``; None is returned
+        then). None when nothing is there (or the conversation cannot be read at all, after
+        a warning: posting again is then all that can be done).
+
+        Copies seen by an earlier look-up cut short (``window.found``) count as found; a
+        look-up cut short here, or a copy that cannot be neutralised now, raises
+        ``DeliveryFailed`` with what is left: the window from where reading stopped, and
+        every copy found so far."""
         logger.info(
-            "looking for a lost post of %s in %s (from %.3f to %s, read to %s)",
+            "looking for a lost post of %s in %s (from %.3f to %s, read to %s, %d found)",
             self.holder,
             self.channel,
             window.start,
             "now" if window.end is None else f"{window.end:.3f}",
             window.read or "-",
+            len(window.found),
         )
+        self.found = [ts for ts in window.found if ts not in self.exclude]
         bot_id = self._bot_id(window)
-        found: list[dict[str, Any]] = []
         for message in self._listed(window):
+            ts = str(message.get("ts"))
             if (
                 self.tag.matches(message)
                 and message.get("bot_id") == bot_id
-                and str(message.get("ts")) not in self.exclude
-                and str(message.get("ts")) != self.thread_ts
+                and ts not in self.exclude
+                and ts != self.thread_ts
+                and ts not in self.found
             ):
-                found.append(message)
-                # A page that fails from now on must not leave this one counted as read:
-                # the next attempt reads it again, with any older copy below it.
-                self.matched = True
-        found.sort(key=lambda m: Decimal(str(m["ts"])))
-        if not found:
+                self.found.append(ts)
+        copies = sorted(set(self.found), key=Decimal)
+        if not copies:
             return None
-        kept = str(found[0]["ts"])
-        for extra in found[1:]:
+        kept = copies[0] if keep_first else None
+        for extra in copies[1:] if keep_first else copies:
             logger.warning(
-                "neutralising a duplicate post", extra={"channel": self.channel, "ts": extra["ts"]}
+                "neutralising a %s post",
+                "duplicate" if keep_first else "stray",
+                extra={"channel": self.channel, "ts": extra},
             )
-            self.neutralise(self.poster.client, self.channel, str(extra["ts"]), kept)
-        return Posted(self.channel, kept, adopted=True)
+            try:
+                self.neutralise(self.poster.client, self.channel, extra, kept)
+            except _NEUTRALISE_ERRORS as exc:
+                # Read to the end: the next attempt only neutralises what was found.
+                done = PostWindow(
+                    window.start, window.end, self._read_all, tuple(copies), window.route
+                )
+                raise DeliveryFailed(
+                    f"neutralising a copy of {self.holder} in {self.channel}: "
+                    f"{describe(exc) if isinstance(exc, SlackApiError) else type(exc).__name__}",
+                    unanswered=done,
+                    retry_after=retry_after(exc),
+                ) from exc
+            self.neutralised += 1
+        return Posted(self.channel, kept, adopted=True) if kept else None
 
     def _bot_id(self, window: PostWindow) -> str:
         try:
@@ -358,8 +412,10 @@ class _Search:
             else:
                 latest = mark if latest is None else min(latest, mark)
         read = window.read
-        while True:
-            left = PostWindow(window.start, window.end, read)
+        # Read to the end, the bound where a page starts is past the window's other end.
+        self._read_all = f"{latest if self.thread_ts else oldest:f}" if latest is not None else None
+        while latest is None or oldest < latest:
+            left = PostWindow(window.start, window.end, read, tuple(self.found), window.route)
             page = self._page(oldest, latest, left)
             if page is None:
                 return
@@ -385,10 +441,10 @@ class _Search:
                 oldest = max(stamps)
             else:
                 latest = min(stamps)
-            # Read up to here, and nothing of ours in it: the next attempt goes on from here.
-            # Not in the window of this attempt's own post (no end yet): a post still on its
-            # way may land above what was read, so that window is read again from the top.
-            if not self.matched and window.end is not None:
+            # Read up to here (what was ours in it is in ``found``): the next attempt goes on
+            # from here. Not in the window of this attempt's own post (no end yet): a post
+            # still on its way may land above what was read, so it is read again from the top.
+            if window.end is not None:
                 read = f"{oldest if self.thread_ts else latest:f}"
 
     def _page(
@@ -426,9 +482,9 @@ class _Search:
             arguments["latest"] = f"{latest:f}"
         try:
             if self.thread_ts:
-                answer = self.poster.client.conversations_replies(ts=self.thread_ts, **arguments)
+                answer = self.poster.reading.conversations_replies(ts=self.thread_ts, **arguments)
             else:
-                answer = self.poster.client.conversations_history(**arguments)
+                answer = self.poster.reading.conversations_history(**arguments)
             return dict(answer.data) if isinstance(answer.data, dict) else {}
         except SlackApiError as exc:
             limited = retry_after(exc)

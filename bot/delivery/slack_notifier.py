@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 from slack_sdk import WebClient
@@ -28,7 +29,7 @@ from bot.blockkit.message import (
     render_moved,
     thread_record_text,
 )
-from bot.delivery.posting import Poster, PostRefused, PostTag, delete_extra
+from bot.delivery.posting import Posted, Poster, PostRefused, PostTag, delete_extra
 from bot.delivery.slack_errors import describe, error_code, is_permanent, retry_after
 from bot.mrkdwn import is_usergroup, reviewer_mention
 from store.exceptions import HandoffError
@@ -44,6 +45,10 @@ channel gone or archived): nothing to show there, and no reason to fail the task
 METADATA_EVENT_TYPE = "handoff_posted"
 RECORD_EVENT_TYPE = "handoff_recorded"
 """Metadata of the short record posted in the thread after a decision."""
+REMINDER_EVENT_TYPE = "handoff_reminder"
+"""Metadata of a reminder in the thread (one per reminder number)."""
+ESCALATION_CALL_EVENT_TYPE = "handoff_escalation_call"
+"""Metadata of the thread reply that calls the escalation user group."""
 DUPLICATE_EVENT_TYPE = "handoff_duplicate"
 """Metadata of an extra copy once neutralised, so that it is never adopted again."""
 
@@ -90,6 +95,7 @@ class SlackNotifier:
         if not channel:
             raise NoChannel(f"handoff {handoff.id} names no channel and HANDOFF_CHANNEL is not set")
         with _rate_limits_put_off(attempt.unanswered):
+            attempt = self._clear_strays(handoff, channel, attempt)
             try:
                 posted = self._post(handoff, channel, attempt=attempt)
             except PostRefused as exc:
@@ -163,14 +169,23 @@ class SlackNotifier:
         refs["record_ts"] = record.ts
         return refs
 
-    def remind(self, handoff: Handoff) -> None:
-        """Reply in the message's thread, mentioning the reviewers."""
+    def remind(self, handoff: Handoff, *, attempt: Attempt = FIRST_ATTEMPT) -> None:
+        """Reply in the message's thread, mentioning the reviewers; posted once, like the
+        handoff itself (a reminder whose answer was lost is looked for, not posted twice)."""
         refs = handoff.message_refs
         if not refs.get("ts"):
             raise RuntimeError(f"handoff {handoff.id} is not posted yet; will retry")
-        with _rate_limits_put_off(None):
-            self.client.chat_postMessage(
-                channel=refs["channel"], thread_ts=refs["ts"], text=reminder_text(handoff)
+        number = handoff.reminders_sent + 1
+        with _rate_limits_put_off(attempt.unanswered):
+            self.poster.post(
+                channel=refs["channel"],
+                thread_ts=refs["ts"],
+                text=reminder_text(handoff),
+                tag=PostTag(
+                    REMINDER_EVENT_TYPE, {"reminder": f"{handoff.id}:{number}"}, key="reminder"
+                ),
+                neutralise=delete_extra,
+                attempt=attempt,
             )
 
     def escalate(
@@ -184,15 +199,26 @@ class SlackNotifier:
             # The same test of "a user group" as the permission check's, and its one
             # mention, which escapes anything that is not a group id.
             if is_usergroup(target):
-                if refs.get("ts"):
+                if refs.get("ts") and handoff.is_pending:
                     group = reviewer_mention(target)
-                    self.client.chat_postMessage(
+                    self.poster.post(
                         channel=refs["channel"],
                         thread_ts=refs["ts"],
                         text=f":rotating_light: {group}: please decide this request.",
+                        tag=PostTag(ESCALATION_CALL_EVENT_TYPE, {"handoff_id": handoff.id}),
+                        neutralise=delete_extra,
+                        attempt=attempt,
                     )
                 return None
-            posted = self._post(handoff, target, note=escalation_note(handoff), attempt=attempt)
+            if not handoff.is_pending:
+                # Decided meanwhile: no copy to post any more, but one whose answer was lost
+                # is found and kept, so that it shows the outcome rather than live buttons.
+                found = self._find_copy(handoff, target, attempt)
+                if found is None:
+                    return None
+                posted = {"channel": found.channel, "ts": found.ts}
+            else:
+                posted = self._post(handoff, target, note=escalation_note(handoff), attempt=attempt)
         refs["copies"] = [
             *refs.get("copies", []),
             {"channel": posted["channel"], "ts": posted["ts"]},
@@ -230,17 +256,59 @@ class SlackNotifier:
             logger.info("adopted an earlier post", extra={"handoff_id": handoff.id})
         return {"channel": posted.channel, "ts": posted.ts}
 
-    def _neutraliser(self, handoff: Handoff) -> Callable[[WebClient, str, str, str], None]:
-        """Turns an extra copy of the handoff's message into a pointer to the kept one,
-        without buttons, and retags it so that it is never adopted."""
+    def _find_copy(self, handoff: Handoff, target: str, attempt: Attempt) -> Posted | None:
+        """The escalation copy an earlier attempt may have posted unanswered, or None."""
+        if attempt.unanswered is None:
+            return None
+        refs = handoff.message_refs
+        known = [refs.get("ts"), *(copy.get("ts") for copy in refs.get("copies", []))]
+        return self.poster.find(
+            channel=target,
+            tag=PostTag(METADATA_EVENT_TYPE, {"handoff_id": handoff.id, "run_id": handoff.run_id}),
+            neutralise=self._neutraliser(handoff),
+            window=attempt.unanswered,
+            exclude={str(ts) for ts in known if ts},
+        )
 
-        def neutralise(client: WebClient, channel: str, extra_ts: str, kept_ts: str) -> None:
-            try:
-                link = str(
-                    client.chat_getPermalink(channel=channel, message_ts=kept_ts)["permalink"]
-                )
-            except Exception:  # the pointer is a courtesy: say it without a link
-                link = None
+    def _clear_strays(self, handoff: Handoff, channel: str, attempt: Attempt) -> Attempt:
+        """When an earlier attempt's post went unanswered in another channel (the handoff was
+        reassigned since), the copies it may have left there are turned into notes without
+        buttons; the post here then needs no look-up. Returns the attempt to post with."""
+        window = attempt.unanswered
+        if window is None or window.route in (None, "?"):
+            return attempt
+        old = window.route or self.default_channel
+        if not old or old == channel:
+            return attempt
+        cleared = self.poster.clear(
+            channel=old,
+            tag=PostTag(METADATA_EVENT_TYPE, {"handoff_id": handoff.id, "run_id": handoff.run_id}),
+            neutralise=self._neutraliser(handoff),
+            window=window,
+        )
+        if cleared:
+            logger.info(
+                "neutralised %d stray post(s) left in %s before a reassignment",
+                cleared,
+                old,
+                extra={"handoff_id": handoff.id},
+            )
+        return replace(attempt, unanswered=None)
+
+    def _neutraliser(self, handoff: Handoff) -> Callable[[WebClient, str, str, str | None], None]:
+        """Turns an extra copy of the handoff's message into a pointer to the kept one (or,
+        with none kept there, a note without a link), without buttons, and retags it so that
+        it is never adopted."""
+
+        def neutralise(client: WebClient, channel: str, extra_ts: str, kept_ts: str | None) -> None:
+            link = None
+            if kept_ts is not None:
+                try:
+                    link = str(
+                        client.chat_getPermalink(channel=channel, message_ts=kept_ts)["permalink"]
+                    )
+                except Exception:  # the pointer is a courtesy: say it without a link
+                    link = None
             shown = render_duplicate(handoff, link=link)
             client.chat_update(
                 channel=channel,
