@@ -128,6 +128,20 @@ REFUSED_BY_THE_GATE: dict[str, Callable[[dict[str, Any]], tuple[bytes, str, int]
         FORM,
         400,
     ),
+    # Found by the fuzzer: Bolt logs "multiple response urls" through a logger it has not
+    # set yet (KeyError, 500).
+    "a submission with two response_urls": lambda c: (
+        interaction_body(
+            {
+                "type": "view_submission",
+                "user": {"id": ALICE},
+                "view": {"type": "modal", "callback_id": block_ids.REJECT_MODAL},
+                "response_urls": [{}, {}],
+            }
+        ),
+        FORM,
+        400,
+    ),
     "authorizations of strings": lambda c: (
         _with(c, lambda p: p.update(authorizations=["x"])),
         FORM,
