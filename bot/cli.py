@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import json
 import logging
 import sys
@@ -12,10 +13,12 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError as RedisResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from bot.blockkit.replies import TASK_NAMES
 from bot.config import Settings
 from store.exceptions import ConfigurationError, HandoffError
 from store.lost_attempts import retry_warning
 from store.models import Handoff, RequestType, Status, TaskKind
+from store.repository import HandoffStore
 from worker.client import pending_index
 from worker.notifier import LoggingNotifier, Notifier
 from worker.runner import LOG_FORMAT
@@ -221,6 +224,11 @@ def show(handoff_id: str) -> None:
     default=None,
     help="Only the handoffs of this type.",
 )
+@click.option(
+    "--failed",
+    is_flag=True,
+    help="Instead: handoffs whose delivery, resume or message update gave up (any status).",
+)
 def list_pending(
     limit: int,
     cursor: str | None,
@@ -228,6 +236,7 @@ def list_pending(
     run_id: str | None,
     reviewer: str | None,
     request_type: str | None,
+    failed: bool,
 ) -> None:
     """List pending handoffs, oldest first (filtered by at most one of the filters)."""
     filters = {
@@ -235,11 +244,15 @@ def list_pending(
         "--run": run_id,
         "--reviewer": reviewer,
         "--type": request_type,
+        "--failed": "yes" if failed else None,
     }
     given = {option: value for option, value in filters.items() if value}
     if len(given) > 1:
         raise click.UsageError(f"filter by one of {', '.join(filters)} at a time")
     store = _settings().open_store()
+    if failed:
+        _list_failed(store, cursor=cursor, limit=limit)
+        return
     index = pending_index(
         store.keys, channel=channel, run_id=run_id, reviewer=reviewer, request_type=request_type
     )
@@ -258,6 +271,25 @@ def list_pending(
             click.echo(f"no more pending handoffs{which} after this cursor")
         else:
             click.echo(f"no pending handoffs{which}")
+
+
+def _list_failed(store: HandoffStore, *, cursor: str | None, limit: int) -> None:
+    ids = store.failed_handoff_ids()
+    start = bisect.bisect_right(ids, cursor) if cursor else 0
+    shown = ids[start : start + limit]
+    for handoff in store.get_many(shown):
+        failures = [
+            f"{TASK_NAMES[kind]} failed ({task.last_error or 'no error recorded'})"
+            for kind, task in handoff.failed_tasks()
+        ]
+        click.echo(
+            f"{handoff.id}  {handoff.status.value:<13}  run={handoff.run_id}  "
+            + "; ".join(failures)
+        )
+    if start + limit < len(ids):
+        click.echo(f"more: --failed --cursor {shown[-1]}")
+    if not shown:
+        click.echo("no more failed handoffs after this cursor" if cursor else "nothing has failed")
 
 
 @main.command()

@@ -308,6 +308,15 @@ class Handoff(BaseModel):
         """True while nobody has decided, cancelled or expired the handoff."""
         return self.status is Status.PENDING
 
+    def failed_tasks(self) -> list[tuple[TaskKind, TaskProgress]]:
+        """Its delivery, resume and message update that gave up, in that order."""
+        tasks = (
+            (TaskKind.DELIVER, self.delivery),
+            (TaskKind.RESUME, self.resume),
+            (TaskKind.NOTIFY, self.notify),
+        )
+        return [(kind, task) for kind, task in tasks if task.state is TaskState.FAILED]
+
     @classmethod
     def from_request(
         cls,

@@ -451,6 +451,16 @@ class HandoffStore:
         members = [as_text(m) for m in self.redis.zrange(self.keys.failed, 0, -1)]
         return [(TaskKind(m.split(":", 1)[0]), m.split(":", 1)[1]) for m in members]
 
+    def failed_handoff_ids(self) -> list[str]:
+        """Ids of the handoffs with a task that gave up (an undeliverable handoff's delivery,
+        a resume or message update out of attempts), oldest first by id.
+
+        Read whole: failed tasks are few (each one is an incident an admin clears with
+        ``retry``, and the retention purge takes them with their handoff), and ordering by
+        id needs them all, since the set is scored by when each task gave up."""
+        members = self.redis.zrange(self.keys.failed, 0, -1)
+        return sorted({as_text(m).split(":", 1)[1] for m in members})
+
     # -- decisions ----------------------------------------------------------------------
 
     def decide(

@@ -14,6 +14,7 @@ from redis import Redis
 from tests.conftest import ROOT
 from tests.support.dev import dev_command, dev_env
 from tests.support.slack_env import free_port
+from store.models import TaskKind
 from worker.client import Handoffs
 
 
@@ -122,8 +123,41 @@ def test_list_filters_by_channel_run_reviewer_or_type(redis: Redis, redis_url: s
     )
     both = _handoff("list", "--channel", "C01", "--run", "run-a", env=env)
     assert both.returncode == 2
-    assert "filter by one of --channel, --run, --reviewer, --type at a time" in both.stderr
+    assert "filter by one of --channel, --run, --reviewer, --type, --failed at a time" in (
+        both.stderr
+    )
     assert "Traceback" not in both.stderr
+
+
+def test_list_failed_shows_undeliverable_handoffs_with_slacks_error(
+    redis: Redis, redis_url: str
+) -> None:
+    handoffs = Handoffs(redis)
+    env = {"REDIS_URL": redis_url}
+    assert _handoff("list", "--failed", env=env).stdout == "nothing has failed\n"
+    refused = [handoffs.ask(run_id=f"run-{n}", thread_id="t", question="?") for n in range(3)]
+    handoffs.ask(run_id="run-posted", thread_id="t", question="?")
+    for handoff in refused:
+        start = handoffs.store.begin_task(handoff.id, TaskKind.DELIVER, run_token="job")
+        handoffs.store.finish_task(
+            handoff.id,
+            TaskKind.DELIVER,
+            attempt=start.attempt,
+            error="is_archived",
+            permanent=True,
+        )
+
+    first = _handoff("list", "--failed", "--limit", "2", env=env)
+    lines = first.stdout.splitlines()
+    assert first.returncode == 0, first.stderr
+    assert [line.split()[:2] for line in lines[:2]] == [
+        [refused[0].id, "undeliverable"],
+        [refused[1].id, "undeliverable"],
+    ]
+    assert "delivery failed (is_archived)" in lines[0]
+    assert lines[2] == f"more: --failed --cursor {refused[1].id}"
+    rest = _handoff("list", "--failed", "--cursor", refused[1].id, env=env).stdout.splitlines()
+    assert [line.split()[0] for line in rest] == [refused[2].id]
 
 
 def test_a_bad_redis_url_is_one_line_saying_what_a_valid_one_looks_like() -> None:

@@ -106,6 +106,7 @@ HANDOFF_ID = "ho_01JDZ3Q6T5N9W2V8K4M7R1X0BC"
         ("list <#C0X|ops>", Command("list", listing=ListFilter(ListKind.CHANNEL, "C0X"))),
         ("list run run-42", Command("list", listing=ListFilter(ListKind.RUN, "run-42"))),
         ("list type Approvals", Command("list", listing=ListFilter(ListKind.TYPE, "approval"))),
+        ("list Failed", Command("list", listing=ListFilter(ListKind.FAILED))),
         (
             f"cancel {HANDOFF_ID}  duplicate of  another",
             Command("cancel", handoff_id=HANDOFF_ID, reason="duplicate of  another"),
@@ -140,6 +141,7 @@ def test_command_text_is_parsed(text: str, expected: Command) -> None:
         f"show {HANDOFF_ID} extra",
         "list run",
         "list mine please",
+        "list failed deliveries",
         "stats 0d",
         "stats 5y",
     ],

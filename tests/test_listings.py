@@ -17,7 +17,7 @@ from bot.queries.listings import ListFilter, Listing, Listings, ListKind, merge
 from bot.queries.unassigned import UnassignedIndex
 from bot.standin import SlackStandIn, StandInUser
 from store.ids import new_handoff_id
-from store.models import HandoffRequest
+from store.models import HandoffRequest, TaskKind
 from worker.client import Handoffs
 
 ALICE, BOB, ADMIN = "U0ALICE", "U0BOB", "U0ADMIN"
@@ -241,3 +241,34 @@ def test_unassigned_index_drops_closed_handoffs_nobody_pages_to(
     index.refresh()  # no listing read: only the audit stream's events
 
     assert [i.decode() for i in redis.zrange(index.key, 0, -1)] == [kept]
+
+
+def _fail_delivery_for_good(handoffs: Handoffs, handoff_id: str) -> None:
+    store = handoffs.store
+    start = store.begin_task(handoff_id, TaskKind.DELIVER, run_token=new_handoff_id())
+    assert start.action == "run"
+    verdict = store.finish_task(
+        handoff_id, TaskKind.DELIVER, attempt=start.attempt, error="is_archived", permanent=True
+    )
+    assert verdict == "undeliverable"
+
+
+def test_failed_listing_pages_through_every_handoff_whose_work_gave_up_both_ways(
+    handoffs: Handoffs, listings: Listings
+) -> None:
+    created = [_create(handoffs) for _ in range(27)]
+    failed = sorted(random.Random(5).sample(created, 23))
+    for handoff_id in reversed(failed):  # gave up in another order than their ids'
+        _fail_delivery_for_good(handoffs, handoff_id)
+
+    listing = ListFilter(ListKind.FAILED)
+    pages = _walk(listings, listing, ADMIN, limit=10)
+
+    assert _ids(pages) == failed
+    assert [(p.offset, p.total) for p in pages] == [(0, 23), (10, 23), (20, 23)]
+    assert all(h.status.value == "undeliverable" for page in pages for h in page.items)
+    assert pages[0].prev_cursor is None and pages[-1].next_cursor is None
+    back = listings.page(listing, viewer=ADMIN, before=pages[2].prev_cursor, limit=10)
+    assert [h.id for h in back.items] == [h.id for h in pages[1].items]
+    # Handoffs still pending are not in it.
+    assert listings.page(ListFilter(ListKind.PENDING), viewer=ADMIN).total == 4

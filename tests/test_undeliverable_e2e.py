@@ -92,6 +92,9 @@ def test_an_archived_channel_ends_the_handoff_undeliverable_and_the_run_is_told(
     )
     assert "1 undeliverable" in stats
     assert handoff_id in stats
+    listed = _reply(slack, "list failed")
+    assert handoff_id in listed
+    assert "_undeliverable_" in listed and "is_archived" in listed
     retry = _reply(slack, f"retry {handoff_id}")
     assert "undeliverable" in retry and "ask again" in retry
     reassign = _reply(slack, f"reassign {handoff_id} <#{OTHER}|other>")

@@ -43,7 +43,7 @@ from bot.mrkdwn import (
 )
 from bot.queries.listings import ListFilter, Listing, ListKind
 from bot.queries.stats import Stats
-from store.models import AuditEvent, Handoff, TaskState
+from store.models import AuditEvent, Handoff, TaskKind, TaskState
 
 AUDIT_SHOWN = 60
 """Most audit events ``show`` lists (the latest ones)."""
@@ -92,11 +92,21 @@ def render_notice(text: str) -> RenderedMessage:
     )
 
 
+TASK_NAMES = {
+    TaskKind.DELIVER: "delivery",
+    TaskKind.RESUME: "resume",
+    TaskKind.NOTIFY: "message update",
+}
+"""A handoff's tasks as replies name them."""
+
+
 def render_help(command: str, *, problem: str | None = None) -> RenderedMessage:
     """The list of subcommands; with ``problem``, what was wrong with the input first."""
     lines = [
         f"• `{command} list [pending|mine|#channel|run <run_id>|type <type>]`: pending "
         "handoffs, oldest first",
+        f"• `{command} list failed`: handoffs whose delivery, resume or message update gave "
+        "up (_undeliverable_ ones among them), with Slack's error",
         f"• `{command} show <id>`: the full record, decision and audit trail",
         f"• `{command} cancel <id> [reason]`: cancel it; the run resumes with _cancelled_",
         f"• `{command} expire <id>`: expire it now; the run resumes with _expired_",
@@ -144,6 +154,8 @@ def describe_filter(listing: ListFilter) -> str:
         return f"Pending in run `{agent_text(listing.value, 200)[0]}`"
     if listing.kind is ListKind.TYPE:
         return f"Pending {listing.value}s"
+    if listing.kind is ListKind.FAILED:
+        return "Handoffs whose work failed"
     return "All pending handoffs"
 
 
@@ -152,16 +164,24 @@ def render_listing(listing: Listing, *, now: datetime | None = None) -> Rendered
     heading = describe_filter(listing.filter)
     blocks: list[Block] = [SectionBlock(text=MarkdownTextObject(text=f"*{heading}*"))]
     if not listing.items:
-        blocks.append(SectionBlock(text=MarkdownTextObject(text="Nothing is waiting here. :tada:")))
+        empty = (
+            "Nothing has failed."
+            if listing.filter.kind is ListKind.FAILED
+            else ("Nothing is waiting here. :tada:")
+        )
+        blocks.append(SectionBlock(text=MarkdownTextObject(text=empty)))
         return _message(f"{heading}: none", blocks)
     blocks.append(ContextBlock(elements=[MarkdownTextObject(text=_position(listing))]))
     pages = _page_buttons(listing)
+    failures = listing.filter.kind is ListKind.FAILED
     # A page of long requests would pass Slack's size limit: shorten their gist, then drop it.
     for gist_length in (_ITEM_TEXT, 80, 0):
         items: list[Block] = [
             SectionBlock(
                 block_id=f"item_{handoff.id}",
-                text=MarkdownTextObject(text=_item_text(handoff, now, gist_length)),
+                text=MarkdownTextObject(
+                    text=_item_text(handoff, now, gist_length, failures=failures)
+                ),
                 accessory=ButtonElement(text="Details", action_id=LIST_SHOW, value=handoff.id),
             )
             for handoff in listing.items
@@ -181,13 +201,28 @@ def _position(listing: Listing) -> str:
     return f"{shown} shown · oldest first"
 
 
-def _item_text(handoff: Handoff, now: datetime | None, gist_length: int) -> str:
+def _item_text(
+    handoff: Handoff, now: datetime | None, gist_length: int, *, failures: bool = False
+) -> str:
     lines = [f"*{agent_text(handoff_title(handoff), 100)[0]}*  `{handoff.id}`"]
     request = gist(handoff)
     if request and gist_length:
         lines.append(agent_text(request, gist_length)[0])
     lines.append(facts(handoff, now))
+    if failures:
+        lines.append(failure_text(handoff))
     return "\n".join(lines)
+
+
+def failure_text(handoff: Handoff) -> str:
+    """What gave up in a handoff and why, e.g. ":x: _undeliverable_ · delivery failed
+    after 1 attempt: the channel is archived (is_archived)"."""
+    parts = [f"_{handoff.status.value}_"]
+    for kind, task in handoff.failed_tasks():
+        attempts = f"{task.attempt} attempt{'' if task.attempt == 1 else 's'}"
+        error = agent_text(task.last_error or "no error recorded", 200)[0]
+        parts.append(f"{TASK_NAMES[kind]} failed after {attempts}: {error}")
+    return ":x: " + " · ".join(parts)
 
 
 def facts(handoff: Handoff, now: datetime | None) -> str:

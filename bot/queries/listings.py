@@ -21,6 +21,7 @@ brought up to date before each read of a queue.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -42,13 +43,15 @@ requests); past it the page comes back short, with a cursor to continue from."""
 
 
 class ListKind(StrEnum):
-    """Which pending handoffs a listing selects."""
+    """Which handoffs a listing selects: pending ones, or (``FAILED``) those with a task
+    that gave up, whatever their status."""
 
     PENDING = "pending"
     MINE = "mine"
     CHANNEL = "channel"
     RUN = "run"
     TYPE = "type"
+    FAILED = "failed"
 
 
 @dataclass(frozen=True)
@@ -173,6 +176,8 @@ class Listings:
         limit: int = PAGE_SIZE,
     ) -> Listing:
         """The page after ``after``, before ``before``, or the first page."""
+        if listing.kind is ListKind.FAILED:
+            return self._failed_page(listing, after=after, before=before, limit=limit)
         if listing.kind is ListKind.MINE:
             sources, accept = self._queue_of(viewer)
         else:
@@ -280,6 +285,28 @@ class Listings:
             # already dropped it from its indexes; drop it from ours.
             self.store.redis.zrem(self.unassigned.key, *gone)
         return [h for h in loaded if h.is_pending and (accept is None or accept(h))]
+
+    def _failed_page(
+        self, listing: ListFilter, *, after: str | None, before: str | None, limit: int
+    ) -> Listing:
+        ids = self.store.failed_handoff_ids()
+        if before is not None:
+            end = bisect.bisect_left(ids, before)
+            start = max(0, end - limit)
+            if start == end:  # everything before it was retried meanwhile: start over
+                start, end = 0, min(limit, len(ids))
+        else:
+            start = bisect.bisect_right(ids, after) if after is not None else 0
+            end = min(start + limit, len(ids))
+        shown = self.store.get_many(ids[start:end])
+        return Listing(
+            listing,
+            shown,
+            prev_cursor=ids[start] if start > 0 else None,
+            next_cursor=ids[end - 1] if end < len(ids) else None,
+            total=len(ids),
+            offset=start,
+        )
 
     def _with_position(self, page: Listing, key: str) -> Listing:
         pipe = self.store.redis.pipeline(transaction=False)

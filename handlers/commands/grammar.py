@@ -94,6 +94,10 @@ def _parse_listing(text: str) -> ListFilter:
     first, rest = words[0], (words[1].strip() if len(words) > 1 else "")
     if first.lower() == "mine" and not rest:
         return ListFilter(ListKind.MINE)
+    if first.lower() == "failed":
+        if rest:
+            raise UsageError(f"`list failed` takes nothing more; I don't know `{rest}`.")
+        return ListFilter(ListKind.FAILED)
     if first.lower() == "run" and rest and len(rest.split()) == 1:
         return ListFilter(ListKind.RUN, rest)
     if first.lower() == "type" and rest:

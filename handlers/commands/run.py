@@ -31,12 +31,6 @@ VIA_COMMAND = "slash_command"
 ADMIN_SUBCOMMANDS = frozenset({"cancel", "expire", "reassign", "retry", "stats"})
 """Subcommands only admins may run (``list`` is too, except ``list mine``)."""
 
-_TASK_NAMES = {
-    TaskKind.DELIVER: "delivery",
-    TaskKind.RESUME: "resume",
-    TaskKind.NOTIFY: "message update",
-}
-
 
 def run_command(deps: HandlerDeps, user: str, command: Command) -> RenderedMessage:
     """Run a parsed command as ``user`` and return the reply."""
@@ -97,7 +91,7 @@ def _change(deps: HandlerDeps, user: str, command: Command, handoff_id: str) -> 
         warning = retry_warning(store.get(handoff_id).resume)
         retried = store.retry_failed(handoff_id, requested_by=user)
         logger.info("retried by command", extra=context)
-        what = " and ".join(_TASK_NAMES[kind] for kind in retried)
+        what = " and ".join(replies.TASK_NAMES[kind] for kind in retried)
         caution = f"\n:warning: {warning}" if warning and TaskKind.RESUME in retried else ""
         return replies.render_notice(
             f":repeat: The {what} of `{handoff_id}` is queued for another round of attempts."
