@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from redis import Redis
 
+from store.models import TaskKind
 from tests.conftest import ROOT
 from tests.support.dev import dev_command, dev_env
 from tests.support.slack_env import free_port
-from store.models import TaskKind
 from worker.client import Handoffs
 
 
