@@ -15,7 +15,7 @@ from slack_sdk import WebClient
 from bot.access.authorize import BotIdentity
 from bot.access.reviewers import ReviewerPolicy
 from bot.config import Settings
-from bot.slack_client import make_web_client, tokenless
+from bot.slack_client import request_client, tokenless
 from handlers import HandlerDeps, register
 from handlers.modal_metadata import metadata_key
 from store.exceptions import ConfigurationError  # raised here; also imported from here
@@ -28,7 +28,10 @@ def create_app(settings: Settings, *, redis: Redis, client: WebClient | None = N
 
     Listeners run before the HTTP response (``process_before_response``): a decision is
     one Redis transaction, well inside Slack's 3 seconds, and is committed before Slack
-    hears "ok". Slow work (message updates, resumes) happens in workers.
+    hears "ok". Slow work (message updates, resumes) happens in workers. The Web API calls
+    the listeners make (``views.open``, ``users.info``...) go through ``request_client``,
+    which waits at most ``SLACK_REQUEST_TIMEOUT_SECONDS`` and repeats nothing, so a slow or
+    rate-limiting Slack never keeps the answer past Slack's 3 seconds.
     """
     if os.environ.get("SLACK_CLIENT_ID") and os.environ.get("SLACK_CLIENT_SECRET"):
         # Bolt would silently switch to multi-workspace OAuth mode.
@@ -46,7 +49,7 @@ def create_app(settings: Settings, *, redis: Redis, client: WebClient | None = N
             "SLACK_SIGNING_SECRET is not set; set it (the app's Basic Information page) to "
             "verify requests from Slack, or set SLACK_APP_TOKEN to use Socket Mode"
         )
-    client = client or make_web_client(settings)
+    client = client or request_client(settings)
     with _bot_token_hidden_from_bolt():
         app = App(
             signing_secret=settings.slack_signing_secret or "socket-mode",

@@ -108,7 +108,7 @@ class Settings(StoreSettings):
     @field_validator("channel")
     @classmethod
     def _channel_is_a_channel_id(cls, value: str | None) -> str | None:
-        return check_id_setting(value, slack_ids.CHANNEL) or None
+        return check_id_setting(value, slack_ids.DESTINATION) or None
 
     @field_validator("admins")
     @classmethod

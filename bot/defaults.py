@@ -31,3 +31,20 @@ SLACK_HISTORY_PAGE_SIZE = 15
 SLACK_CLOCK_SKEW_SECONDS = 10.0
 """How far Slack's clock (message ts) may be from Redis's: a look-up for a lost post reads
 this much more on each side of the time the post was tried."""
+
+MENTION_NAME_LOOKUP_SECONDS = 0.5
+"""Longest a thread answer waits for ``users.info`` to name the people it mentions (the
+answer is taken with ``@U123`` for those not named by then): the event is answered within
+Slack's 3 seconds."""
+
+MENTION_NAME_LOOKUPS = 5
+"""Most people a thread answer has named by ``users.info``; the others stay ``@U123``."""
+
+SLACK_REQUEST_TIMEOUT_SECONDS = 2.0
+"""Longest wait for one Web API answer while Slack waits for ours (a click, a command, an
+event: Slack gives 3 seconds, and a ``trigger_id`` dies after 3): such calls are not
+retried either; the person is told to try again instead."""
+
+JOINED_CHANNEL_SECONDS = 600
+"""How long a worker takes the bot to still be in a public channel it joined before it
+joins again before posting there (a bot removed from a channel is back within this long)."""

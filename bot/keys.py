@@ -26,10 +26,14 @@ key                                    type    contents
 ``{ns}:bot:home:viewers``              zset    user -> when they last opened the App Home (ms)
 ``{ns}:bot:home:shown:<user>``         set     handoff ids on the user's published Home
 ``{ns}:bot:home:end:<user>``           string  last id of that Home's queue, when it is full
+``{ns}:bot:home:hash:<user>``          string  the ``hash`` Slack gave that Home when it was
+                                               last published (``views.publish``); expires
 ``{ns}:bot:home:decided:<user>``       zset    handoff id -> when the user decided it (ms)
 ``{ns}:bot:home:read:<user>``          string  newest audit stream id read for that zset
-``{ns}:bot:ephemeral:shown:<user>``    set     handoff ids shown with their buttons in the
-                                               user's ephemeral replies; expires after a day
+``{ns}:bot:ephemeral:seen:<user>``     zset    handoff id -> when it was shown with its
+                                               buttons in the user's ephemeral replies (ms);
+                                               entries older than a day are dropped, and
+                                               the key expires a day after the last one
 ``{ns}:bot:request:<signature>``       string  a signed HTTP request already accepted (replay
                                                guard, ``bot.http.replay``); expires with the
                                                signature's freshness window
@@ -96,12 +100,17 @@ class BotKeys:
 
     def ephemeral_shown(self, user_id: str) -> str:
         """The handoffs shown with their buttons in ephemeral replies to the user (the
-        details of ``/handoff show``), for a day."""
-        return f"{self.prefix}ephemeral:shown:{user_id}"
+        details of ``/handoff show``), each with when, for a day. (A sorted set; the set
+        once kept under ``ephemeral:shown:<user>`` grew as long as it was used.)"""
+        return f"{self.prefix}ephemeral:seen:{user_id}"
 
     def home_queue_end(self, user_id: str) -> str:
         """The last handoff of the user's Home queue, when the queue is full."""
         return f"{self.prefix}home:end:{user_id}"
+
+    def home_hash(self, user_id: str) -> str:
+        """The hash of the user's published Home, passed to the next ``views.publish``."""
+        return f"{self.prefix}home:hash:{user_id}"
 
     def home_decided(self, user_id: str) -> str:
         """What the user decided recently, for their Home."""

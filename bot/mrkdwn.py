@@ -81,9 +81,12 @@ def mention(user_id: str) -> str:
 
 
 def channel_mention(channel: str) -> str:
-    """A conversation as a Slack channel link, or anything else as ``#text``."""
+    """A conversation as a Slack channel link, a person (a handoff posted in their DM) as
+    "DM with <@U…>", or anything else as ``#text``."""
     if slack_ids.is_channel_id(channel):
         return f"<#{channel}>"
+    if slack_ids.is_user_id(channel):
+        return f"DM with <@{channel}>"
     return f"#{_as_text(channel)}"
 
 

@@ -1,6 +1,7 @@
 """The Slack Web API clients: one with retries for rate limits, server errors and resets
-(for calls that are safe to repeat), and twins of it: one for posts, which retries only rate
-limits, and one without a token, for Bolt."""
+(for jobs' calls that are safe to repeat), twins of it (one for posts, which retries only
+rate limits; one without a token, for Bolt), and a fast one that repeats nothing for the
+calls made while Slack waits for our answer."""
 
 from __future__ import annotations
 
@@ -15,15 +16,18 @@ from slack_sdk.http_retry.builtin_handlers import (
 )
 from slack_sdk.http_retry.handler import RetryHandler
 
+from bot import defaults
 from bot.config import Settings
 
 AMBIGUOUS_ERRORS: tuple[type[Exception], ...] = (
     OSError,  # TimeoutError, ConnectionResetError, urllib's URLError
     http.client.HTTPException,  # RemoteDisconnected, IncompleteRead
-    json.JSONDecodeError,  # a truncated or non-JSON answer (a proxy's error page)
+    json.JSONDecodeError,  # a truncated or non-JSON answer, where a caller parses one
 )
 """Failures after which a call may have reached Slack though no answer came back (a post
-may have been made; a read may be repeated)."""
+may have been made; a read may be repeated). slack_sdk raises ``SlackApiError`` for an answer
+that was no JSON (a truncated ``ok: true``, a proxy's page): see
+``bot.delivery.slack_errors.maybe_carried_out``."""
 
 
 def make_web_client(
@@ -50,6 +54,24 @@ def make_web_client(
         # slack_sdk annotates an int, and hands it to urllib, which takes float seconds.
         timeout=timeout or settings.slack_timeout_seconds,  # type: ignore[arg-type]
         retry_handlers=handlers,
+    )
+
+
+def request_client(settings: Settings) -> WebClient:
+    """A ``WebClient`` for the calls made while Slack waits for our answer (a click, a
+    command, an event: 3 seconds, after which the person sees an error and a
+    ``trigger_id`` is dead).
+
+    Each call gets ``bot.defaults.SLACK_REQUEST_TIMEOUT_SECONDS`` and is never repeated: a
+    retry after a 429 or a 5xx, or a sleep out of ``Retry-After``, would answer Slack too
+    late to matter, so the caller tells the person to try again instead. Jobs, which have
+    no such deadline, use ``make_web_client``'s retrying client.
+    """
+    return WebClient(
+        token=settings.slack_bot_token,
+        base_url=settings.slack_api_url,
+        timeout=defaults.SLACK_REQUEST_TIMEOUT_SECONDS,  # type: ignore[arg-type]
+        retry_handlers=[],
     )
 
 

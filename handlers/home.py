@@ -24,10 +24,14 @@ from slack_sdk.webhook import WebhookResponse
 
 from bot.blockkit import home
 from bot.delivery.home_publisher import Homes
+from bot.slack_client import AMBIGUOUS_ERRORS
 from handlers.decisions import STORE_DOWN, UNAVAILABLE
 from handlers.deps import HandlerDeps, deps_of
 
 logger = logging.getLogger(__name__)
+
+_SLACK_FAILURES: tuple[type[Exception], ...] = (SlackApiError, *AMBIGUOUS_ERRORS)
+"""What a Web API call may raise: Slack's refusal, or no answer at all."""
 
 
 def register(app: App) -> None:
@@ -43,21 +47,42 @@ def on_home_opened(event: dict[str, Any], client: WebClient, context: dict[str, 
     deps = deps_of(context)
     user = str(event["user"])
     homes = homes_of(deps)
+    # The hash of the Home the person sees now: a publish that lands meanwhile changes it.
+    shown_hash = (event.get("view") or {}).get("hash") or None
     try:
         homes.opened(user)
-        homes.publish(client, user)
+        homes.publish(client, user, view_hash=shown_hash)
     except STORE_DOWN:
         logger.exception("store unavailable while publishing a Home", extra={"user": user})
         publish_unavailable(client, user, UNAVAILABLE, command=deps.slash_command)
     except SlackApiError as exc:
         logger.warning("views.publish failed for %s: %s", user, exc.response.get("error"))
+    except AMBIGUOUS_ERRORS as exc:
+        # No answer from Slack (reset, timeout): the event still gets its 200. The notice
+        # goes with the hash of the Home as it was opened, so it replaces nothing newer
+        # (should the Home have been published after all, Slack refuses the notice).
+        logger.warning("views.publish got no answer for %s: %s", user, type(exc).__name__)
+        publish_unavailable(
+            client, user, SLACK_NO_ANSWER, command=deps.slash_command, view_hash=shown_hash
+        )
 
 
-def publish_unavailable(client: WebClient, user: str, notice: str, *, command: str) -> None:
-    """Show ``notice`` alone on the Home: it cannot be built while the store is down."""
+SLACK_NO_ANSWER = (
+    "Slack did not answer in time, so your Home could not be refreshed. "
+    "Please open the Home tab again in a moment."
+)
+
+
+def publish_unavailable(
+    client: WebClient, user: str, notice: str, *, command: str, view_hash: str | None = None
+) -> None:
+    """Show ``notice`` alone on the Home: it cannot be built while the store is down (or
+    Slack did not answer); with ``view_hash``, only over the Home of that hash."""
     try:
         client.views_publish(
-            user_id=user, view=home.render_home_unavailable(notice, command=command)
+            user_id=user,
+            view=home.render_home_unavailable(notice, command=command),
+            **({"hash": view_hash} if view_hash else {}),
         )
     except Exception:  # Slack unreachable too: nothing more to show the person
         logger.exception("views.publish of the unavailable notice failed", extra={"user": user})
@@ -116,4 +141,6 @@ class HomeNotice(Respond):
             self.homes.publish(self.client, self.user_id, notice=str(notice) or None)
         except STORE_DOWN:
             publish_unavailable(self.client, self.user_id, UNAVAILABLE, command=self.homes.command)
+        except _SLACK_FAILURES as exc:  # the click must still get its 200
+            logger.warning("the Home notice for %s failed: %s", self.user_id, exc)
         return WebhookResponse(url="", status_code=200, body="ok", headers={})

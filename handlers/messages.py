@@ -4,17 +4,31 @@ Slack retries events it thinks were not received, so each event is handled once,
 ``event_id``. The bot's own messages (dropped by Bolt), other bots' messages, edits,
 deletions, messages outside a handoff's thread and replies to a handoff that no longer
 exists (purged after its retention) are ignored.
+
+What the agent receives is what the person typed, not Slack's wire text: entities unescaped,
+``@name (U123)`` for a mention, a link's URL kept (``bot.received_text``). Names of people
+mentioned come from ``users.info``, waited for at most ``MENTION_NAME_LOOKUP_SECONDS``.
+
+Replies that answer: plain ones, ``thread_broadcast`` ones (also sent to the channel) and
+``file_share`` ones with text, whose answer ends with the names of the files attached (the
+agent cannot open them: the app has no ``files:read``). A file with no text answers nothing,
+and the person is told so privately: taking it would close the question with no answer in it.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
+from collections.abc import Mapping
 from typing import Any
 
 from slack_bolt import App
 from slack_sdk import WebClient
 
-from handlers.decisions import STORE_DOWN, UNAVAILABLE, Refusal, decide_as
+from bot import defaults
+from bot.received_text import mentioned_users, plain_text
+from handlers.decisions import STORE_DOWN, UNAVAILABLE, Refusal, decide_as, load_for
 from handlers.deps import deps_of
 from store.exceptions import HandoffNotFound
 from store.models import RequestType
@@ -22,6 +36,17 @@ from store.models import RequestType
 logger = logging.getLogger(__name__)
 
 VIA_THREAD = "slack_thread"
+
+ANSWERING_SUBTYPES = frozenset({None, "thread_broadcast", "file_share"})
+"""Message subtypes that may answer: a plain reply, one also sent to the channel, one with
+files. Edits, deletions, joins and the like never do."""
+
+FILE_ALONE = (
+    "A file alone does not answer this question, so nothing was recorded: the agent cannot "
+    "open files. Reply in the thread with your answer in words (you may attach files too)."
+)
+FILES_SHOWN = 10
+"""File names listed at most in an answer; more are counted."""
 
 
 def register(app: App) -> None:
@@ -33,7 +58,7 @@ def on_message(
     body: dict[str, Any], event: dict[str, Any], client: WebClient, context: dict[str, Any]
 ) -> None:
     """Answer a pending question from a reply in its thread."""
-    if event.get("subtype") or event.get("bot_id"):
+    if event.get("subtype") not in ANSWERING_SUBTYPES or event.get("bot_id"):
         return  # edits, deletions, joins and bots' messages never answer a question
     thread_ts, channel, user = event.get("thread_ts"), event.get("channel"), event.get("user")
     if not thread_ts or thread_ts == event.get("ts") or not channel or not user:
@@ -55,22 +80,92 @@ def on_message(
         return
     except STORE_DOWN:
         logger.exception("store unavailable while reading a thread reply")
-        parent_author = event.get("parent_user_id")
-        if parent_author and parent_author == context.get("bot_user_id"):
+        if _parent_author(event) == context.get("bot_user_id"):
             # Likely an answer to one of our questions: say it was not taken, rather than
             # leave the person thinking it was.
             _reply_privately(client, channel, user, thread_ts, UNAVAILABLE)
         return
     if handoff.request_type is not RequestType.QUESTION:
         return
-    text = (event.get("text") or "").strip()
+    raw = event.get("text")
+    # Names only for an answer that may be taken: a late reply is refused anyway.
+    names = _user_names(client, raw) if handoff.is_pending else {}
+    text = plain_text(raw, user_names=names).strip()
+    files = _file_names(event.get("files"))
     if not text:
+        if files:
+            loaded = load_for(deps, handoff_id, user, via=VIA_THREAD, channel=channel)
+            refusal = loaded.message if isinstance(loaded, Refusal) else FILE_ALONE
+            _reply_privately(client, channel, user, thread_ts, refusal)
         return
+    if files:
+        text = f"{text}\n\n(attached in Slack: {files})"
     result = decide_as(
         deps, user, handoff_id, "answered", via=VIA_THREAD, channel=channel, answer=text
     )
     if isinstance(result, Refusal):
         _reply_privately(client, channel, user, thread_ts, result.message)
+
+
+def _parent_author(event: dict[str, Any]) -> Any:
+    """Who wrote the message the reply is in the thread of: a broadcast reply names it in
+    its ``root`` (the parent message), others in ``parent_user_id``."""
+    root = event.get("root")
+    if isinstance(root, Mapping):
+        return event.get("parent_user_id") or root.get("user")
+    return event.get("parent_user_id")
+
+
+def _file_names(files: Any) -> str:
+    """The names of a reply's files, for its answer ("" for none)."""
+    if not isinstance(files, list) or not files:
+        return ""
+    names = [
+        str(f.get("name") or f.get("title") or "a file") if isinstance(f, Mapping) else "a file"
+        for f in files
+    ]
+    shown = ", ".join(names[:FILES_SHOWN])
+    return f"{shown} and {len(names) - FILES_SHOWN} more" if len(names) > FILES_SHOWN else shown
+
+
+def _user_names(client: WebClient, text: Any) -> dict[str, str]:
+    """Names of the people ``text`` mentions, as far as ``users.info`` tells them in time.
+
+    The look-ups run side by side in daemon threads, waited for together at most
+    ``MENTION_NAME_LOOKUP_SECONDS``: a slow or failing Slack costs the answer its names,
+    never the answer (nor Slack's 3 seconds). A late look-up writes to a dict no longer read.
+    """
+    users = mentioned_users(text)[: defaults.MENTION_NAME_LOOKUPS]
+    if not users:
+        return {}
+    found: dict[str, str] = {}
+    lock = threading.Lock()  # late look-ups may still write while the names are read
+    threads = [
+        threading.Thread(target=_look_up_name, args=(client, u, found, lock), daemon=True)
+        for u in users
+    ]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + defaults.MENTION_NAME_LOOKUP_SECONDS
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    with lock:
+        return dict(found)
+
+
+def _look_up_name(
+    client: WebClient, user_id: str, found: dict[str, str], lock: threading.Lock
+) -> None:
+    try:
+        person = client.users_info(user=user_id).get("user") or {}
+        profile = person.get("profile") or {}
+        name = profile.get("display_name") or profile.get("real_name") or person.get("name")
+    except Exception as exc:  # the answer keeps the id: a name is only a nicety
+        logger.info("users.info failed for mentioned user %s: %s", user_id, exc)
+        return
+    if isinstance(name, str) and name:
+        with lock:
+            found[user_id] = name
 
 
 def _reply_privately(client: WebClient, channel: str, user: str, thread_ts: str, text: str) -> None:

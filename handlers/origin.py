@@ -13,6 +13,7 @@ channel may decide": only the channel of a checked message, never one a payload 
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -70,7 +71,8 @@ def shows_handoff(deps: HandlerDeps, handoff: Handoff, origin: Origin, user_id: 
         return bool(deps.store.redis.sismember(shown, handoff.id))
     if origin.surface == "ephemeral":
         shown = BotKeys(deps.store.keys).ephemeral_shown(user_id)
-        return bool(deps.store.redis.sismember(shown, handoff.id))
+        at = deps.store.redis.zscore(shown, handoff.id)
+        return at is not None and at >= _ms_now() - EPHEMERAL_SHOWN_SECONDS * 1000
     return False
 
 
@@ -82,10 +84,18 @@ def remember_ephemeral(deps: HandlerDeps, user_id: str, handoff_id: str) -> None
     """Record that an ephemeral reply to ``user_id`` shows ``handoff_id`` with its buttons,
     so that clicks there count (``shows_handoff``)."""
     key = BotKeys(deps.store.keys).ephemeral_shown(user_id)
+    now = _ms_now()
     with deps.store.redis.pipeline(transaction=False) as pipe:
-        pipe.sadd(key, handoff_id)
+        pipe.zadd(key, {handoff_id: now})
+        # Each reply's buttons work for a day: older entries go, so the key holds at most
+        # a day's worth of shown handoffs however long the person keeps using it.
+        pipe.zremrangebyscore(key, "-inf", now - EPHEMERAL_SHOWN_SECONDS * 1000)
         pipe.expire(key, EPHEMERAL_SHOWN_SECONDS)
         pipe.execute()
+
+
+def _ms_now() -> int:
+    return int(time.time() * 1000)
 
 
 def message_places(handoff: Handoff) -> set[tuple[str, str]]:

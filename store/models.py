@@ -136,7 +136,8 @@ def _slack_id(kind: slack_ids.IdKind) -> AfterValidator:
 # The routing fields of a request are posted to and mentioned in Slack, so they hold ids
 # and nothing else (store.slack_ids). Only requests are checked: stored handoffs (the
 # ``Handoff`` model) load whatever an older version stored.
-ChannelId = Annotated[str, _slack_id(slack_ids.CHANNEL)]
+ChannelId = Annotated[str, _slack_id(slack_ids.DESTINATION)]
+"""Where a handoff is posted: a conversation id, or a person's id for their DM."""
 ReviewerId = Annotated[str, _slack_id(slack_ids.REVIEWER)]
 EscalationTarget = Annotated[str, _slack_id(slack_ids.ESCALATION_TARGET)]
 

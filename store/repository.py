@@ -452,14 +452,16 @@ class HandoffStore:
         return [(TaskKind(m.split(":", 1)[0]), m.split(":", 1)[1]) for m in members]
 
     def failed_handoff_ids(self) -> list[str]:
-        """Ids of the handoffs with a task that gave up (an undeliverable handoff's delivery,
-        a resume or message update out of attempts), oldest first by id.
+        """Ids of the handoffs whose delivery, resume or message update gave up (an
+        undeliverable handoff's delivery among them), oldest first by id: the tasks
+        ``retry_failed`` retries. (A reminder or an escalation post that gave up is in the
+        handoff's audit trail; it is not retried, and the handoff itself is still shown.)
 
         Read whole: failed tasks are few (each one is an incident an admin clears with
         ``retry``, and the retention purge takes them with their handoff), and ordering by
         id needs them all, since the set is scored by when each task gave up."""
-        members = self.redis.zrange(self.keys.failed, 0, -1)
-        return sorted({as_text(m).split(":", 1)[1] for m in members})
+        members = (as_text(m).split(":", 1) for m in self.redis.zrange(self.keys.failed, 0, -1))
+        return sorted({handoff_id for kind, handoff_id in members if kind in _RETRYABLE_KINDS})
 
     # -- decisions ----------------------------------------------------------------------
 
@@ -790,7 +792,8 @@ class HandoffStore:
         sooner). ``unanswered``: where a post of this task may have landed unanswered, as
         this attempt leaves it (None: nowhere; a window whose ``end`` is None runs until
         now); the next attempt is given it (``TaskStart.unanswered``). A completed attempt
-        leaves nothing to look for.
+        leaves nothing to look for. ``message_refs`` are merged into the handoff's whether
+        the attempt succeeded or not (a failed one may have posted a thread record first).
 
         ``permanent``: the attempt failed in a way no retry can fix (Slack refused the
         message: an archived channel, a revoked token), so the task fails now instead of
@@ -846,12 +849,7 @@ class HandoffStore:
         (its delivery, resume, message update); returns which. Raises ``NotRetryable``
         when none failed."""
         handoff = self.get(handoff_id)
-        progress = {
-            TaskKind.DELIVER: handoff.delivery,
-            TaskKind.RESUME: handoff.resume,
-            TaskKind.NOTIFY: handoff.notify,
-        }
-        failed = [kind for kind, task in progress.items() if task.state is TaskState.FAILED]
+        failed = [kind for kind, _ in handoff.failed_tasks()]
         if handoff.status is Status.UNDELIVERABLE and TaskKind.DELIVER in failed:
             failed.remove(TaskKind.DELIVER)  # closed: a new post could not be decided
             if not failed:
@@ -1014,6 +1012,10 @@ def _parse_outcome(outcome: Status | str) -> Status:
         raise InvalidDecision(
             f"unknown outcome {outcome!r}; use approved, rejected or answered"
         ) from None
+
+
+_RETRYABLE_KINDS = frozenset({TaskKind.DELIVER.value, TaskKind.RESUME.value, TaskKind.NOTIFY.value})
+"""The tasks an admin retries (``retry_failed``) and ``failed_handoff_ids`` lists."""
 
 
 def _refuse_redelivery(handoff: Handoff) -> None:

@@ -335,6 +335,34 @@ local function keep_unanswered(hkey, k, from, to, read, found, route)
     found = kept, route = type(route) == 'string' and route or '?'}))
 end
 
+-- A task's message references, merged into the handoff's: the fields it names replace
+-- the stored ones, but ``copies`` (messages besides the primary one) are merged by ts, so two
+-- tasks running at once (a reassignment's delivery and an escalation) never drop each
+-- other's messages, whatever they read at their start.
+local function merge_refs(hkey, value)
+  local merged = cjson.decode(redis.call('HGET', hkey, 'message_refs') or '{}')
+  for rk, rv in pairs(cjson.decode(value)) do
+    if rk == 'copies' and type(rv) == 'table' and type(merged.copies) == 'table' then
+      local at = {}
+      for i, copy in ipairs(merged.copies) do
+        if type(copy) == 'table' and copy.ts then at[copy.ts] = i end
+      end
+      for _, copy in ipairs(rv) do
+        local i = type(copy) == 'table' and copy.ts and at[copy.ts]
+        if i then
+          merged.copies[i] = copy
+        else
+          table.insert(merged.copies, copy)
+          if type(copy) == 'table' and copy.ts then at[copy.ts] = #merged.copies end
+        end
+      end
+    else
+      merged[rk] = rv
+    end
+  end
+  redis.call('HSET', hkey, 'message_refs', cjson.encode(merged))
+end
+
 -- An attempt's report (FINISH_TASK): '' says nothing, 'none' nothing is unaccounted for,
 -- else a JSON window as above with ``to`` null for "until now" and ``route`` null for this
 -- attempt's own route.
@@ -581,12 +609,10 @@ if ARGV[5] == '1' then
   forget_unanswered(hkey, k)
   for field, value in pairs(cjson.decode(ARGV[7])) do
     if field == 'message_refs' then
-      -- Merge, so that two tasks adding different references never drop each other's.
-      local merged = cjson.decode(redis.call('HGET', hkey, 'message_refs') or '{}')
-      for rk, rv in pairs(cjson.decode(value)) do merged[rk] = rv end
-      value = cjson.encode(merged)
+      merge_refs(hkey, value)
+    else
+      redis.call('HSET', hkey, field, value)
     end
-    redis.call('HSET', hkey, field, value)
   end
   redis.call('HINCRBY', hkey, 'version', 1)
   redis.call('ZREM', P .. 'outbox', member)
@@ -601,10 +627,13 @@ if ARGV[5] == '1' then
     if done < repeats and every > 0 and redis.call('HGET', hkey, 'status') == 'pending' then
       queue_task(hkey, id, k, now + every)
     end
-  elseif k == 'escalate' then
-    redis.call('HSET', hkey, 'escalated_at', now)
+  elseif k == 'escalate' or k == 'deliver' then
+    if k == 'escalate' then redis.call('HSET', hkey, 'escalated_at', now) end
     if redis.call('HGET', hkey, 'status') ~= 'pending' then
-      -- Decided while the copy was being posted: show the outcome on the copy too.
+      -- Closed while the message (or the copy) was being posted, or looked for: show the
+      -- outcome there too, with a fresh round of the update (which may have spent its
+      -- attempts waiting for a message to update).
+      redis.call('ZREM', P .. 'failed', 'notify:' .. id)
       queue_task(hkey, id, 'notify', now)
     end
   end
@@ -625,6 +654,10 @@ if put_off > 0 and ARGV[8] ~= '1' then
   end
 end
 redis.call('HSET', hkey, k .. '_error', ARGV[6], k .. '_lease', 0)
+-- Failed after making references (a thread record posted): keep them, merged, so that the
+-- next attempt does not make them again.
+local failed_refs = cjson.decode(ARGV[7]).message_refs
+if failed_refs then merge_refs(hkey, failed_refs) end
 redis.call('HINCRBY', hkey, 'version', 1)
 if attempt >= tonumber(f[3]) or ARGV[8] == '1' then
   local outcome = give_up(id, hkey, k, now, attempt, ARGV[6], ARGV[8] == '1', tonumber(ARGV[9]))

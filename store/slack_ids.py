@@ -52,6 +52,12 @@ def is_reviewer_id(value: object) -> bool:
     return is_user_id(value) or is_usergroup_id(value)
 
 
+def is_destination(value: object) -> bool:
+    """Whether ``value`` may be where a handoff is posted: a conversation id, or a person's
+    id (posted in their DM with the bot; the Slack side opens it)."""
+    return is_channel_id(value) or is_user_id(value)
+
+
 def is_escalation_target(value: object) -> bool:
     """Whether ``value`` may be an escalation target: a conversation or a user group id."""
     return is_channel_id(value) or is_usergroup_id(value)
@@ -83,6 +89,12 @@ class IdKind:
 _USERGROUP = "user-group id (S…)"
 CHANNEL = IdKind("a Slack channel id (C…/G…/D…)", "C0123ABCD", is_channel_id)
 USER = IdKind("a Slack user id (U…/W…)", "U0123ABCD", is_user_id)
+DESTINATION = IdKind(
+    f"{CHANNEL.what} or user id (U…/W…, for their DM with the bot)",
+    "C0123ABCD or U0123ABCD",
+    is_destination,
+)
+"""Where a handoff is posted: a conversation, or a person (in their DM)."""
 REVIEWER = IdKind(f"{USER.what} or {_USERGROUP}", "U0123ABCD or S0123ABCD", is_reviewer_id)
 """A reviewer: a person or a user group."""
 ESCALATION_TARGET = IdKind(

@@ -79,7 +79,10 @@ def test_the_options_the_adapters_document_are_accepted(handoffs: Handoffs) -> N
     ("options", "refused"),
     [
         ({"reviewers": ["U0ALICE", "bob"]}, "reviewers: 'bob' is not a Slack user id (U…/W…)"),
-        ({"channel": "#refunds"}, "channel: '#refunds' is not a Slack channel id (C…/G…/D…)"),
+        (
+            {"channel": "#refunds"},
+            "channel: '#refunds' is not a Slack channel id (C…/G…/D…) or user id",
+        ),
         ({"channel": "C0X> <!channel>"}, "channel: 'C0X> <!channel>' is not a Slack channel id"),
     ],
 )

@@ -241,7 +241,8 @@ def test_a_routing_option_that_is_no_slack_id_is_refused_saying_what_an_id_is(
     what = {
         "reviewers": "reviewers[0]: {!r} is not a Slack user id (U…/W…) or user-group id (S…)",
         "escalate_to": "escalate_to: {!r} is not a Slack channel id (C…/G…/D…) or user-group id",
-        "channel": "channel: {!r} is not a Slack channel id (C…/G…/D…), such as C0123ABCD",
+        "channel": "channel: {!r} is not a Slack channel id (C…/G…/D…) or user id (U…/W…, "
+        "for their DM with the bot), such as C0123ABCD or U0123ABCD",
     }[option]
     message = str(caught.value)
     assert message.startswith("invalid handoff request: " + what.format(value)), message

@@ -170,8 +170,18 @@ def test_a_setting_that_would_fail_later_is_refused_when_read(
 @pytest.mark.parametrize(
     ("variable", "value", "refused", "what"),
     [
-        ("HANDOFF_CHANNEL", "#approvals", "#approvals", "a Slack channel id (C…/G…/D…)"),
-        ("HANDOFF_CHANNEL", "C1", "C1", "a Slack channel id (C…/G…/D…)"),
+        (
+            "HANDOFF_CHANNEL",
+            "#approvals",
+            "#approvals",
+            "a Slack channel id (C…/G…/D…) or user id (U…/W…, for their DM with the bot)",
+        ),
+        (
+            "HANDOFF_CHANNEL",
+            "C1",
+            "C1",
+            "a Slack channel id (C…/G…/D…) or user id (U…/W…, for their DM with the bot)",
+        ),
         ("HANDOFF_ADMINS", "U0OPS, bob", "bob", "a Slack user id (U…/W…)"),
         ("HANDOFF_ADMINS", "U0OPS,S0TEAM", "S0TEAM", "a Slack user id (U…/W…)"),
         (

@@ -4,8 +4,9 @@ in the stand-in, decided by the same listeners as the channel message, resumed b
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from redis import Redis
@@ -15,7 +16,8 @@ from bot.access.reviewers import ReviewerPolicy
 from bot.blockkit import ids
 from bot.blockkit.home import HOME_QUEUE_SHOWN
 from bot.blockkit.ids import home_actions_block_id
-from bot.delivery.home_publisher import refresh_homes
+from bot.delivery.home_publisher import Homes, refresh_homes
+from bot.keys import BotKeys
 from bot.standin import View
 from store.models import Status, TaskState
 from tests.support import resume_targets
@@ -212,3 +214,72 @@ def test_the_worker_refreshes_an_open_home_when_a_handoff_arrives_and_is_decided
 
     slack.handoffs.decide(handoff.id, "approved", by=BOB)
     wait_for(lambda: _queue(slack.standin.home(ALICE)) == [], timeout=20)
+
+
+class _RacedClient(WebClient):
+    """A client whose next ``views.publish`` lets ``rival`` run first: a refresh rendered
+    from older state reaches Slack after a newer one."""
+
+    rival: Callable[[], None] | None = None
+
+    def views_publish(self, **kwargs: Any) -> Any:  # type: ignore[override]
+        rival, self.rival = self.rival, None
+        if rival is not None:
+            rival()
+        return super().views_publish(**kwargs)
+
+
+def test_a_refresh_rendered_from_older_state_never_overwrites_a_newer_home(
+    slack: SlackEnv,
+) -> None:
+    first = slack.refund_approval(reviewers=[ALICE])
+    _settled(slack, first)
+    _open_home(slack, ALICE)
+    store = slack.handoffs.store
+    plain = WebClient(token=BOT_TOKEN, base_url=slack.standin.api_url)
+    policy = ReviewerPolicy(plain, slack.redis, store.keys, admins={ADMIN})
+    raced = _RacedClient(token=BOT_TOKEN, base_url=slack.standin.api_url)
+    newer: list[str] = []
+
+    def rival() -> None:
+        # Between the older refresh's rendering and its publish: a new handoff, and the
+        # Home published with it (by the worker, and once more here to be sure).
+        newer.append(slack.refund_approval(reviewers=[ALICE]))
+        _settled(slack, newer[0])
+        Homes(store, policy).publish(plain, ALICE)
+        assert _queue(slack.standin.home(ALICE)) == [first, newer[0]]
+
+    raced.rival = rival
+    Homes(store, policy).publish(raced, ALICE)
+
+    assert _queue(slack.standin.home(ALICE)) == [first, newer[0]], "the newest state is shown"
+    errors = [c.response.get("error") for c in slack.standin.calls("views.publish")]
+    assert "hash_conflict" in errors, "the older rendering was refused, then redone"
+
+
+def test_a_home_whose_hash_was_lost_is_still_refreshed(slack: SlackEnv) -> None:
+    _open_home(slack, ALICE)
+    store = slack.handoffs.store
+    client = WebClient(token=BOT_TOKEN, base_url=slack.standin.api_url)
+    policy = ReviewerPolicy(client, slack.redis, store.keys, admins={ADMIN})
+    handoff_id = slack.refund_approval(reviewers=[ALICE])
+    _settled(slack, handoff_id)
+    # Published, but the answer with the new hash never came back: the stored one is stale.
+    slack.redis.set(BotKeys(store.keys).home_hash(ALICE), "1.stale")
+
+    Homes(store, policy).publish(client, ALICE)
+
+    assert _queue(slack.standin.home(ALICE)) == [handoff_id]
+
+
+def test_a_home_opened_while_slack_resets_the_connection_gets_a_200_and_a_notice(
+    slack: SlackEnv,
+) -> None:
+    _open_home(slack, ALICE)
+    # Every try of the Home's publish (the client repeats a reset twice) is reset.
+    slack.standin.fail_next("views.publish", reset_connection=True, times=3)
+
+    assert slack.standin.send_app_home_opened(ALICE).status == 200
+
+    wait_for(lambda: "open the Home tab again" in json.dumps(slack.standin.home(ALICE).blocks))
+    assert "Traceback" not in slack.logs()

@@ -32,7 +32,9 @@ def _gone(pid: int) -> bool:
 
 def _handle(payload: bytes) -> None:
     """Commands the tests send: ``pid FILE``, ``raise``, ``exit``, ``hang FILE``, ``gil FILE``,
-    ``spawn FILE`` (a ``sleep 60`` whose pid goes to FILE, then hang)."""
+    ``spawn FILE`` (a ``sleep 60`` whose pid goes to FILE, then hang), ``ticker FILE`` (a
+    program writing ticks to FILE.ticks, whose pid goes to FILE, then hang) and ``ticker-gil
+    FILE`` (the same, then busy holding the GIL)."""
     command, _, argument = payload.decode().partition(" ")
     if command == "pid":
         Path(argument).write_text(str(os.getpid()))
@@ -49,6 +51,22 @@ def _handle(payload: bytes) -> None:
         sleeper = subprocess.Popen(["sleep", "60"])
         Path(argument).write_text(str(sleeper.pid))
         time.sleep(60)
+    elif command in ("ticker", "ticker-gil"):
+        # A plain Popen: the program stays in this process's group, as a target's would.
+        ticker = subprocess.Popen([sys.executable, "-c", _TICKER, f"{argument}.ticks"])
+        Path(argument).write_text(str(ticker.pid))
+        if command == "ticker-gil":
+            re.fullmatch(r"(a+)+b", "a" * 40)
+        time.sleep(60)
+
+
+_TICKER = """
+import sys, time
+while True:
+    with open(sys.argv[1], "a") as ticks:
+        ticks.write(f"{time.time()}\\n")
+    time.sleep(0.02)
+"""
 
 
 def _swallow_everything(pid_file: Path) -> None:
@@ -150,6 +168,24 @@ def test_an_idle_child_killed_from_outside_is_replaced(
     assert second.read_text() != first.read_text()
 
 
+def test_a_guard_killed_from_outside_is_replaced_and_every_guard_is_reaped(
+    process: KillableProcess, tmp_path: Path
+) -> None:
+    first, second = tmp_path / "1", tmp_path / "2"
+    process.run(f"pid {first}".encode(), timeout=5)
+    guard = process._guard
+    os.kill(guard, signal.SIGKILL)
+    wait_until(lambda: os.waitid(os.P_PID, guard, os.WEXITED | os.WNOHANG | os.WNOWAIT))
+    # Without its guard the child would not take what a call starts with it: replaced.
+    process.run(f"pid {second}".encode(), timeout=5)
+    assert second.read_text() != first.read_text()
+    assert process._guard != guard
+    process.close()
+    for pid in (guard, int(first.read_text()), int(second.read_text())):
+        with pytest.raises(ChildProcessError):  # reaped, no zombie left
+            os.waitpid(pid, os.WNOHANG)
+
+
 _HOLDER = """
 import sys
 from tests.test_killable import _handle
@@ -182,3 +218,33 @@ def test_the_child_dies_when_its_worker_is_killed_or_cannot_act(
     finally:
         holder.kill()
         holder.wait(5)
+
+
+@pytest.mark.parametrize("command", ["ticker", "ticker-gil"])
+def test_what_the_call_started_dies_with_its_worker(tmp_path: Path, command: str) -> None:
+    """A worker killed outright (SIGKILL, so it can kill nothing itself) takes with it the
+    child's whole process group, not only the child: what the call started cannot run on
+    next to the attempt another worker starts. Even while the call holds the GIL."""
+    pid_file, ticks = tmp_path / "pid", tmp_path / "pid.ticks"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, str(pid_file), "30", command],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    ticker = 0
+    try:
+        wait_until(lambda: pid_file.exists() and pid_file.read_text() != "", timeout=10)
+        ticker = int(pid_file.read_text())
+        wait_until(lambda: ticks.exists() and ticks.read_text().count("\n") >= 3, timeout=10)
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait(5)
+        killed_at = time.time()
+        wait_until(lambda: _gone(ticker), timeout=2, interval=0.01)
+        time.sleep(0.2)  # a tick written after all would show now
+        assert float(ticks.read_text().split()[-1]) < killed_at + 2
+    finally:
+        holder.kill()
+        holder.wait(5)
+        if ticker:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(ticker, signal.SIGKILL)

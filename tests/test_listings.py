@@ -206,7 +206,7 @@ def test_unassigned_index_starts_over_when_its_read_position_expired(
 def test_unassigned_handoffs_are_only_in_the_queues_of_their_channels_members(
     redis: Redis, handoffs: Handoffs, listings: Listings, slack: SlackStandIn
 ) -> None:
-    slack.set_channel_members(PRIVATE, [ALICE])
+    slack.set_channel_members(PRIVATE, [ALICE, slack.bot_user_id])  # the bot was invited
     public = _create(handoffs)
     private = _create(handoffs, channel=PRIVATE)
 
@@ -272,3 +272,16 @@ def test_failed_listing_pages_through_every_handoff_whose_work_gave_up_both_ways
     assert [h.id for h in back.items] == [h.id for h in pages[1].items]
     # Handoffs still pending are not in it.
     assert listings.page(ListFilter(ListKind.PENDING), viewer=ADMIN).total == 4
+
+
+def test_a_reminder_that_gave_up_does_not_list_its_handoff_as_failed(
+    handoffs: Handoffs, listings: Listings
+) -> None:
+    # Found by the break-it review: it was listed with no failure to show, and `retry`
+    # had nothing to retry. The reminder's failure stays in the handoff's audit trail.
+    store = handoffs.store
+    handoff_id = _create(handoffs)
+    store.redis.zadd(store.keys.failed, {f"remind:{handoff_id}": 1})
+
+    assert store.failed_handoff_ids() == []
+    assert listings.page(ListFilter(ListKind.FAILED), viewer=ADMIN).items == []

@@ -21,6 +21,7 @@ from bot.blockkit.ids import (
     VIEW_FULL,
 )
 from bot.blockkit.message import already_decided_text, outcome_text, render_message
+from bot.standin.blockkit import MAX_MESSAGE_BLOCKS, check_blocks
 from store.models import Handoff, Status
 from tests.support.blockkit import (
     CREATED,
@@ -79,14 +80,26 @@ def test_reasons_and_answers_in_the_outcome_render_escaped() -> None:
 
 
 def test_an_action_name_cannot_inject_into_the_approve_confirmation() -> None:
-    # The confirm dialog's text is mrkdwn, so the action name must be escaped there too.
+    # The confirm dialog's texts are plain_text: Slack parses no mention or link there.
     handoff = make_handoff(approval({"a": 1}, name=INJECTION_TEXT))
 
     confirm = button(render_message(handoff).blocks, APPROVE)["confirm"]
 
-    assert confirm["text"]["type"] != "mrkdwn" or not any(
-        raw in confirm["text"]["text"] for raw in INJECTIONS
-    )
+    assert {confirm[key]["type"] for key in ("title", "text", "confirm", "deny")} == {"plain_text"}
+
+
+def test_the_approve_confirmation_is_plain_text_within_slacks_limits() -> None:
+    name = "refund & <credit> " + "x" * 182  # the longest name an action may have
+    handoff = make_handoff(approval({"a": 1}, name=name))
+
+    blocks = render_message(handoff).blocks
+    confirm = button(blocks, APPROVE)["confirm"]
+
+    # The Block Kit reference takes only plain_text for the dialog's text (slack_sdk's
+    # ConfirmObject renders a plain string as mrkdwn); the stand-in refuses anything else.
+    check_blocks(blocks, limit=MAX_MESSAGE_BLOCKS)
+    assert confirm["text"]["type"] == "plain_text"
+    assert confirm["text"]["text"] == f"The agent will run {name} with the arguments shown."
 
 
 @pytest.mark.parametrize(

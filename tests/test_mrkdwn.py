@@ -79,6 +79,7 @@ def test_no_text_but_an_id_ever_becomes_a_token(value: str) -> None:
         if "<" in shown:
             # A token, and then only the mention of an id exactly as given.
             assert ID.fullmatch(value), (value, shown)
-            assert shown in (f"<@{value}>", f"<!subteam^{value}>", f"<#{value}>")
+            tokens = (f"<@{value}>", f"<!subteam^{value}>", f"<#{value}>", f"DM with <@{value}>")
+            assert shown in tokens
         else:
             assert ">" not in shown

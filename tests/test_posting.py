@@ -53,7 +53,10 @@ BUTTONS = [
 
 @pytest.fixture
 def slack() -> Iterator[SlackStandIn]:
-    yield from running_standin()
+    for running in running_standin():
+        # The poster posts where it is told; the notifier has joined the channel first.
+        running.invite_bot(CHANNEL)
+        yield running
 
 
 @pytest.fixture
@@ -74,6 +77,26 @@ def _live(slack: SlackStandIn) -> list[Message]:
         for m in slack.messages(CHANNEL)
         if not m.thread_ts and any(b.get("type") == "actions" for b in m.blocks)
     ]
+
+
+@pytest.mark.parametrize(
+    "answered",
+    [
+        {"error": "internal_error"},  # "some aspect of the operation may have succeeded"
+        {"error": "fatal_error"},
+        {"truncated": True},  # an ok: true cut short reads as a non-JSON error
+    ],
+    ids=["internal_error", "fatal_error", "truncated"],
+)
+def test_a_post_slack_carried_out_but_answered_with_an_error_is_adopted_not_repeated(
+    slack: SlackStandIn, poster: Poster, answered: dict
+) -> None:
+    slack.fail_next("chat.postMessage", carried_out=True, **answered)
+
+    ts = _post(poster)
+
+    assert [m.ts for m in _live(slack)] == [ts]
+    assert len(slack.calls("chat.postMessage")) == 1
 
 
 def test_a_post_whose_answer_came_too_late_is_adopted_not_repeated(

@@ -79,7 +79,17 @@ def test_a_page_of_20_huge_handoffs_fits_an_ephemeral_message() -> None:
 def test_page_values_round_trip_and_tampered_ones_are_refused() -> None:
     request = PageRequest(ListFilter(ListKind.CHANNEL, "C0X"), before="ho_1")
     assert decode_page(encode_page(request)) == request
-    for tampered in ("", "{}", '{"k": "secret"}', '{"k": "type", "v": "refund"}', "[1]"):
+    for tampered in (
+        "",
+        "{}",
+        '{"k": "secret"}',
+        '{"k": "type", "v": "refund"}',
+        "[1]",
+        # Cursors that are no ids (found by the break-it review: an int reached bisect).
+        '{"k": "failed", "a": 5}',
+        '{"k": "failed", "b": [1]}',
+        '{"k": "pending", "a": {"x": 1}}',
+    ):
         with pytest.raises(ValueError):
             decode_page(tampered)
 

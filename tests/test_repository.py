@@ -1759,3 +1759,23 @@ def test_a_delivery_remembers_where_each_attempt_posts_across_a_reassignment(
     )
     third = store.begin_task(handoff.id, TaskKind.DELIVER, run_token="job-3")
     assert third.unanswered is not None and third.unanswered.route == "C0SECOND"
+
+
+def test_a_delivery_that_completes_after_its_handoff_closed_gives_the_update_a_fresh_round(
+    redis: Redis, store: HandoffStore
+) -> None:
+    # Found by the break-it review: the update spent its attempts while the delivery was
+    # still looking for a lost post; the post it then adopted kept its buttons for good.
+    handoff = create(store)
+    start = store.begin_task(handoff.id, TaskKind.DELIVER, run_token="job-d")
+    store.cancel(handoff.id, cancelled_by="agent")
+    _fail(store, handoff.id, TaskKind.NOTIFY, store.get(handoff.id).notify.max_attempts)
+
+    refs = {"channel": "C0APPROVALS", "ts": "1700000000.000100"}
+    done = store.finish_task(handoff.id, TaskKind.DELIVER, attempt=start.attempt, message_refs=refs)
+
+    assert done == "completed"
+    closed = store.get(handoff.id)
+    assert closed.notify.state is TaskState.QUEUED
+    assert (TaskKind.NOTIFY, handoff.id) not in store.failed_tasks()
+    assert f"notify:{handoff.id}" in outbox(redis, store)

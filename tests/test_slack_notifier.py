@@ -158,7 +158,9 @@ def test_a_transient_slack_error_is_raised_to_be_retried(
     slack: SlackStandIn, notifier: SlackNotifier, handoffs: Handoffs
 ) -> None:
     handoff = _approval(handoffs)
-    slack.fail_next("chat.postMessage", error="internal_error")
+    # Slack is busy, and did nothing (unlike internal_error, after which part of the call
+    # may have been done: that post is looked for, as after a lost answer).
+    slack.fail_next("chat.postMessage", error="service_unavailable")
 
     with pytest.raises(DeliveryFailed) as failed:
         notifier.deliver(handoffs.get(handoff.id))
@@ -285,3 +287,124 @@ def test_a_reminder_whose_answer_was_lost_is_not_posted_twice(
     notifier.remind(posted)
 
     assert len(slack.thread(CHANNEL, refs["ts"])) == 1
+
+
+def _escalated(
+    slack: SlackStandIn, notifier: SlackNotifier, handoffs: Handoffs
+) -> tuple[Handoff, dict]:
+    """An approval posted to CHANNEL with a copy in C0ESCALATE, its refs in the store."""
+    handoff = handoffs.request_approval(
+        run_id="run-1", thread_id="t-1", action="refund", escalate_to="C0ESCALATE"
+    )
+    delivered = notifier.deliver(handoffs.get(handoff.id))
+    added = notifier.escalate(
+        handoffs.get(handoff.id).model_copy(update={"message_refs": delivered})
+    )
+    assert added is not None
+    # The escalation returns only its copy: the store adds it to the refs.
+    refs = {**delivered, "copies": [*delivered.get("copies", []), *added["copies"]]}
+    handoffs.store.redis.hset(
+        handoffs.store.keys.handoff(handoff.id), "message_refs", json.dumps(refs)
+    )
+    return handoff, refs
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [{"error": "internal_error"}, {"reset_connection": True, "times": 2}],
+    ids=["slack-error", "connection-reset"],
+)
+def test_a_failing_copy_spares_the_others_and_a_retry_never_posts_the_record_twice(
+    slack: SlackStandIn, notifier: SlackNotifier, handoffs: Handoffs, fault: dict
+) -> None:
+    handoff, refs = _escalated(slack, notifier, handoffs)
+    [copy] = refs["copies"]
+    handoffs.decide(handoff.id, "approved", by="U0ALICE")
+    changed: list[str] = []
+    notifier.on_change = lambda h: changed.append(h.id)
+    # The primary message's update goes through; the escalation copy's fails.
+    slack.fail_next("chat.update", after=1, **fault)
+
+    first = _attempt(handoffs, handoff.id, TaskKind.NOTIFY, "job-1")
+    with pytest.raises(DeliveryFailed) as failed:
+        notifier.update(handoffs.get(handoff.id), attempt=first)
+    # What run_notify does with the failure.
+    outcome = handoffs.store.finish_task(
+        handoff.id,
+        TaskKind.NOTIFY,
+        attempt=first.number,
+        error=str(failed.value),
+        unanswered=failed.value.unanswered,
+        message_refs=failed.value.message_refs,
+    )
+
+    assert outcome == "retrying", "a copy still showing buttons is worth another attempt"
+    assert "C0ESCALATE" in str(failed.value)
+    assert not _has_buttons(slack.message(CHANNEL, refs["ts"])), "the primary shows the outcome"
+    [record] = slack.thread(CHANNEL, refs["ts"])
+    assert changed == [handoff.id], "the Home was refreshed all the same"
+    assert handoffs.get(handoff.id).message_refs["record_ts"] == record.ts
+    assert _has_buttons(slack.message("C0ESCALATE", copy["ts"]))
+
+    second = _attempt(handoffs, handoff.id, TaskKind.NOTIFY, "job-2")
+    notifier.update(handoffs.get(handoff.id), attempt=second)
+
+    assert not _has_buttons(slack.message("C0ESCALATE", copy["ts"]))
+    assert slack.thread(CHANNEL, refs["ts"]) == [record], "the record is posted once"
+
+
+def test_a_copy_that_is_gone_is_skipped_without_failing_the_update(
+    slack: SlackStandIn, notifier: SlackNotifier, handoffs: Handoffs
+) -> None:
+    handoff, refs = _escalated(slack, notifier, handoffs)
+    notifier.client.chat_delete(channel="C0ESCALATE", ts=refs["copies"][0]["ts"])
+    handoffs.decide(handoff.id, "approved", by="U0ALICE")
+
+    new_refs = notifier.update(handoffs.get(handoff.id))
+
+    assert new_refs is not None and new_refs["record_ts"]
+    assert not _has_buttons(slack.message(CHANNEL, refs["ts"]))
+
+
+@pytest.mark.parametrize("last", [TaskKind.ESCALATE, TaskKind.DELIVER])
+def test_a_reassignment_and_an_escalation_at_once_keep_each_others_messages(
+    slack: SlackStandIn, notifier: SlackNotifier, handoffs: Handoffs, last: TaskKind
+) -> None:
+    # Found by the break-it review: each task returned the refs it read at its start, and
+    # the one finishing last dropped the other's message (left with live buttons).
+    store = handoffs.store
+    handoff = handoffs.request_approval(
+        run_id="run-1",
+        thread_id="t-1",
+        action="refund",
+        escalate_to="C0ESCALATE",
+        escalate_after=0.01,
+    )
+    first = _attempt(handoffs, handoff.id, TaskKind.DELIVER, "job-1")
+    posted = notifier.deliver(handoffs.get(handoff.id), attempt=first)
+    store.finish_task(handoff.id, TaskKind.DELIVER, attempt=first.number, message_refs=posted)
+    store.reassign(handoff.id, by="U0ADMIN", channel="C0OTHER")
+    time.sleep(0.02)
+
+    # Both read the handoff before either finishes, as two Slack workers would.
+    escalation = _attempt(handoffs, handoff.id, TaskKind.ESCALATE, "job-e")
+    delivery = _attempt(handoffs, handoff.id, TaskKind.DELIVER, "job-d")
+    snapshot = handoffs.get(handoff.id)
+    results = {
+        TaskKind.ESCALATE: (escalation, notifier.escalate(snapshot, attempt=escalation)),
+        TaskKind.DELIVER: (delivery, notifier.deliver(snapshot, attempt=delivery)),
+    }
+    for kind in sorted(results, key=lambda k: k is last):
+        attempt, refs = results[kind]
+        assert (
+            store.finish_task(handoff.id, kind, attempt=attempt.number, message_refs=refs)
+            == "completed"
+        )
+
+    refs = store.get(handoff.id).message_refs
+    assert refs["channel"] == "C0OTHER"
+    assert {c["channel"] for c in refs["copies"]} == {CHANNEL, "C0ESCALATE"}
+    decided = handoffs.decide(handoff.id, "approved", by="U0ALICE")
+    notifier.update(decided)
+    for channel in (CHANNEL, "C0OTHER", "C0ESCALATE"):
+        assert [m.ts for m in slack.messages(channel) if _has_buttons(m)] == [], channel

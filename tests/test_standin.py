@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import threading
@@ -166,6 +167,7 @@ def standin() -> Iterator[SlackStandIn]:
         usergroups={"S0REVIEWERS": ["U0ALICE", "U0BOB"]},
         channels={"C0APPROVALS": "approvals"},
     ) as running:
+        running.invite_bot("C0APPROVALS")  # the bot is in no channel until it joins
         yield running
 
 
@@ -278,7 +280,7 @@ def test_thread_replies_are_listed_by_thread_and_conversations_replies(
     assert replies[0]["reply_count"] == 2
 
 
-def test_update_without_blocks_keeps_them_and_keeps_the_history(
+def test_update_without_blocks_removes_them_and_keeps_the_history(
     standin: SlackStandIn, client: WebClient
 ) -> None:
     ts = post_approval(client)
@@ -287,8 +289,9 @@ def test_update_without_blocks_keeps_them_and_keeps_the_history(
 
     message = standin.message("C0APPROVALS", ts)
     assert answer["ts"] == ts
-    assert (message.text, message.blocks) == ("Approved by alice", APPROVAL_BLOCKS)
+    assert (message.text, message.blocks) == ("Approved by alice", []), "as Slack does now"
     assert [v.text for v in message.updates] == ["Approval needed: refund"]
+    assert message.updates[0].blocks == APPROVAL_BLOCKS
     client.chat_update(channel="C0APPROVALS", ts=ts, text="Done", blocks=APPROVAL_BLOCKS[:1])
     assert standin.message("C0APPROVALS", ts).blocks == APPROVAL_BLOCKS[:1]
 
@@ -335,6 +338,65 @@ def test_blocks_past_slack_limits_are_invalid_blocks(client: WebClient) -> None:
             client.chat_postMessage(channel="C0APPROVALS", text="x", blocks=blocks)
         assert raised.value.response["error"] == "invalid_blocks"
         assert raised.value.response["errors"]
+
+
+def _button(action_id: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "type": "button",
+        "action_id": action_id,
+        "text": {"type": "plain_text", "text": "Go"},
+        **extra,
+    }
+
+
+def _confirm(**changes: Any) -> dict[str, Any]:
+    plain = {"type": "plain_text"}
+    return {
+        "title": {**plain, "text": "Sure?"},
+        "text": {**plain, "text": "The agent will act."},
+        "confirm": {**plain, "text": "Yes"},
+        "deny": {**plain, "text": "No"},
+        **changes,
+    }
+
+
+@pytest.mark.parametrize(
+    ("confirm", "pointer"),
+    [
+        (_confirm(text={"type": "mrkdwn", "text": "The *agent* will act."}), "confirm/text"),
+        (_confirm(title={"type": "plain_text", "text": "x" * 101}), "confirm/title/text"),
+        (_confirm(text={"type": "plain_text", "text": "x" * 301}), "confirm/text/text"),
+        (_confirm(confirm={"type": "plain_text", "text": "x" * 31}), "confirm/confirm/text"),
+        (_confirm(deny={"type": "plain_text", "text": "x" * 31}), "confirm/deny/text"),
+        (_confirm(deny={"type": "mrkdwn", "text": "No"}), "confirm/deny"),
+    ],
+)
+def test_a_confirm_dialog_slack_would_refuse_is_invalid_blocks(
+    client: WebClient, confirm: dict[str, Any], pointer: str
+) -> None:
+    blocks = [{"type": "actions", "elements": [_button("go", confirm=confirm)]}]
+
+    with pytest.raises(SlackApiError) as raised:
+        client.chat_postMessage(channel="C0APPROVALS", text="x", blocks=blocks)
+
+    assert raised.value.response["error"] == "invalid_blocks"
+    assert any(f"/blocks/0/elements/0/{pointer}]" in e for e in raised.value.response["errors"])
+
+
+def test_an_actions_block_takes_at_most_25_elements(client: WebClient) -> None:
+    elements = [_button(f"b{i}", confirm=_confirm()) for i in range(26)]
+
+    with pytest.raises(SlackApiError) as raised:
+        client.chat_postMessage(
+            channel="C0APPROVALS", text="x", blocks=[{"type": "actions", "elements": elements}]
+        )
+    assert raised.value.response["error"] == "invalid_blocks"
+    assert raised.value.response["errors"] == [
+        "must be less than 26 items [json-pointer:/blocks/0/elements]"
+    ]
+    client.chat_postMessage(
+        channel="C0APPROVALS", text="x", blocks=[{"type": "actions", "elements": elements[:25]}]
+    )
 
 
 def test_a_wrong_or_missing_token_is_refused(standin: SlackStandIn) -> None:
@@ -1053,7 +1115,7 @@ def test_snapshots_do_not_change_behind_the_tests_back(
     ts = post_approval(client)
     before: Message = standin.message("C0APPROVALS", ts)
 
-    client.chat_update(channel="C0APPROVALS", ts=ts, text="changed")
+    client.chat_update(channel="C0APPROVALS", ts=ts, text="changed", blocks=APPROVAL_BLOCKS)
     before.blocks.clear()
 
     assert before.text == "Approval needed: refund"
@@ -1195,3 +1257,100 @@ def test_random_faults_fail_about_the_given_share_of_calls_with_every_kind(
     standin.wait_for(lambda: len(standin.messages()) >= expected, timeout=2)
     time.sleep(0.4)
     assert len(standin.messages()) == expected
+
+
+# -- membership, conversation ids and scopes, as Slack enforces them ------------------------
+
+
+def _error(call: Callable[[], Any]) -> dict[str, Any]:
+    with pytest.raises(SlackApiError) as raised:
+        call()
+    return dict(raised.value.response.data)
+
+
+def test_the_bot_reads_and_hears_only_the_public_channels_it_joined(
+    standin: SlackStandIn, client: WebClient, bot: RecordingBot
+) -> None:
+    # chat:write.public: it posts in a channel it never joined...
+    ts = client.chat_postMessage(channel="C0OTHER", text="Approve?")["ts"]
+    # ...but Slack lets it read only where it is a member, and sends no events from there.
+    assert _error(lambda: client.conversations_history(channel="C0OTHER"))["error"] == (
+        "not_in_channel"
+    )
+    assert _error(lambda: client.conversations_replies(channel="C0OTHER", ts=ts))["error"] == (
+        "not_in_channel"
+    )
+    _, unheard = standin.post_message("U0ALICE", "C0OTHER", "eu-west-1", thread_ts=ts)
+    assert unheard is None and bot.received == []
+
+    joined = client.conversations_join(channel="C0OTHER")
+
+    assert joined["channel"]["is_member"] is True
+    assert "U0BOT" in client.conversations_members(channel="C0OTHER")["members"]
+    assert len(client.conversations_replies(channel="C0OTHER", ts=ts)["messages"]) == 2
+    _, heard = standin.post_message("U0ALICE", "C0OTHER", "us-east-1", thread_ts=ts)
+    assert heard is not None and len(bot.received) == 1
+    assert client.conversations_join(channel="C0OTHER")["warning"] == "already_in_channel"
+
+
+def test_a_private_channel_is_the_bots_only_once_it_is_invited(
+    standin: SlackStandIn, client: WebClient
+) -> None:
+    standin.make_private("C0SECRET")
+    for channel in ("G0PRIVATE", "C0SECRET"):
+        refused = [
+            _error(functools.partial(client.conversations_join, channel=channel)),
+            _error(functools.partial(client.chat_postMessage, channel=channel, text="x")),
+            _error(functools.partial(client.conversations_info, channel=channel)),
+        ]
+        assert [r["error"] for r in refused] == [
+            "method_not_supported_for_channel_type",
+            "channel_not_found",
+            "channel_not_found",
+        ]
+        standin.invite_bot(channel)
+        assert client.chat_postMessage(channel=channel, text="x")["channel"] == channel
+        assert client.conversations_info(channel=channel)["channel"]["is_private"] is True
+
+
+def test_only_chat_post_message_takes_a_user_id_or_a_channel_name(
+    standin: SlackStandIn, client: WebClient
+) -> None:
+    posted = client.chat_postMessage(channel="U0ALICE", text="For you")
+    dm = client.conversations_open(users="U0ALICE")["channel"]["id"]
+
+    assert posted["channel"] == dm == "D0ALICE"
+    assert client.chat_update(channel=dm, ts=posted["ts"], text="Done")["ok"]
+    for call in (
+        lambda: client.chat_update(channel="U0ALICE", ts=posted["ts"], text="Done"),
+        lambda: client.conversations_history(channel="U0ALICE"),
+        lambda: client.conversations_history(channel="#approvals"),
+        lambda: client.chat_getPermalink(channel="U0ALICE", message_ts=posted["ts"]),
+    ):
+        assert _error(call)["error"] == "channel_not_found"
+
+
+def test_a_call_needing_a_scope_the_token_lacks_is_refused_with_missing_scope() -> None:
+    with SlackStandIn(
+        signing_secret=SECRET, users=[ALICE], scopes={"chat:write", "channels:history"}
+    ) as standin:
+        client = WebClient(token=standin.bot_token, base_url=standin.api_url, timeout=5)
+        refused = _error(lambda: client.users_info(user="U0ALICE"))
+        assert (refused["error"], refused["needed"]) == ("missing_scope", "users:read")
+        assert refused["provided"] == "channels:history,chat:write"
+        # The conversation methods need the scope of the conversation's kind.
+        assert _error(lambda: client.conversations_join(channel="C0X"))["needed"] == (
+            "channels:join"
+        )
+        assert _error(lambda: client.conversations_history(channel="D0ALICE"))["needed"] == (
+            "im:history"
+        )
+        assert _error(lambda: client.conversations_history(channel="G0X"))["needed"] == (
+            "groups:history"
+        )
+        # Without chat:write.public, a public channel the bot is not in refuses its post.
+        assert _error(lambda: client.chat_postMessage(channel="C0X", text="x"))["error"] == (
+            "not_in_channel"
+        )
+        standin.invite_bot("C0X")
+        assert client.chat_postMessage(channel="C0X", text="x")["ok"]

@@ -104,7 +104,9 @@ def test_an_archived_channel_ends_the_handoff_undeliverable_and_the_run_is_told(
 
 
 def test_a_transient_slack_error_is_still_retried_and_then_delivered(slack: SlackEnv) -> None:
-    slack.standin.fail_next("chat.postMessage", error="internal_error", times=2)
+    # Slack's trouble, after which nothing was done (unlike internal_error, after which a
+    # post may have landed: that one is looked for before posting again).
+    slack.standin.fail_next("chat.postMessage", error="service_unavailable", times=2)
     handoff_id = slack.refund_approval()
 
     message = slack.posted(handoff_id, timeout=20)

@@ -147,6 +147,7 @@ def _run_task(
             error=str(exc),
             defer_seconds=exc.retry_after or 0.0,
             unanswered=exc.unanswered,
+            message_refs=exc.message_refs,
         )
     except Exception as exc:
         # Undeliverable: no retry can help (Slack refused the message for good).

@@ -38,15 +38,23 @@ class DeliveryFailed(HandoffError):
     look-ups is spent): the task runs again then, and the attempt does not count against
     its attempts. ``unanswered``: where a post may have landed unanswered, as this attempt
     leaves it (None: nowhere; a window with no end runs until the attempt ends).
+    ``message_refs``: references the attempt made before it failed (say, the ts of a thread
+    record posted), stored with the failure so that the next attempt does not make them again.
     Example: ``DeliveryFailed("rate limited", retry_after=30, unanswered=None)``.
     """
 
     def __init__(
-        self, message: str, *, unanswered: PostWindow | None, retry_after: float | None = None
+        self,
+        message: str,
+        *,
+        unanswered: PostWindow | None,
+        retry_after: float | None = None,
+        message_refs: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(message)
         self.unanswered = unanswered
         self.retry_after = retry_after
+        self.message_refs = message_refs
 
 
 class Undeliverable(HandoffError):

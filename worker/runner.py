@@ -8,11 +8,14 @@ import itertools
 import logging
 import math
 import multiprocessing
+import multiprocessing.connection
 import os
 import signal
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from multiprocessing.process import BaseProcess
 from typing import Any, Literal, TypeVar
 
@@ -25,6 +28,7 @@ from rq.exceptions import StopRequested
 from rq.serializers import JSONSerializer
 
 from store import defaults
+from store.exceptions import HandoffError
 from store.models import TaskKind
 from store.repository import HandoffStore, StoreConfig
 from worker import jobs
@@ -44,6 +48,18 @@ REDIS_CONNECT_TIMEOUT_SECONDS = 5.0
 SLACK_WORKER_STOP_SECONDS = 10.0
 """How long the Slack worker gets to finish the job at hand when its `handoff worker` stops,
 before it is killed (the task's lease covers the rest)."""
+DISPATCHER_STOP_SECONDS = 5.0
+CHILD_RESTART_BACKOFF_SECONDS = 0.25
+"""How long `handoff worker` waits before starting a dead child process again; doubled for
+each further death within ``CHILD_DEATH_WINDOW_SECONDS``, up to the maximum below."""
+CHILD_RESTART_BACKOFF_MAX_SECONDS = 4.0
+CHILD_DEATHS_TOLERATED = 5
+"""Deaths of one child within ``CHILD_DEATH_WINDOW_SECONDS`` after which `handoff worker`
+stops (exit status 1) instead of starting it again: something a restart cannot mend (say,
+memory too short to start it) is for its supervisor, and whoever reads its log, to see."""
+CHILD_DEATH_WINDOW_SECONDS = 60.0
+_WATCH_POLL_SECONDS = 0.5
+"""How often the watching thread looks whether it is to stop, between deaths."""
 _PR_SET_PDEATHSIG = 1
 
 T = TypeVar("T")
@@ -178,8 +194,11 @@ def run_worker(
     a target that swallows RQ's timeout exception never outlives its lease.
 
     With ``with_dispatcher``, a dispatcher runs beside it in a separate process; it and the
-    Slack worker are forked before the worker starts any thread (so all stay safe to fork,
-    and they start without importing everything again), and end with this process.
+    Slack worker are forked before the worker starts any thread (so they start without
+    importing everything again), and end with this process. Either one that dies while this
+    process runs is logged as an error and started again (``_Supervisor``: after a short
+    backoff; one that dies ``CHILD_DEATHS_TOLERATED`` times within
+    ``CHILD_DEATH_WINDOW_SECONDS`` stops the worker instead, with ``WorkerChildFailed``).
 
     Each waits up to ``redis_wait_seconds`` for an unreachable Redis; if RQ's loop ends on
     an error all the same, the RQ worker is started again here rather than the process
@@ -205,11 +224,13 @@ def run_worker(
             work=work,
         )
         return
-    fork_context = multiprocessing.get_context("fork")
-    children: list[BaseProcess] = []
+    children: list[_Child] = []
     if with_dispatcher:
         children.append(
-            fork_context.Process(
+            _Child(
+                "dispatcher",
+                stop_seconds=DISPATCHER_STOP_SECONDS,
+                daemon=True,
                 target=run_dispatcher,
                 kwargs={
                     "redis_url": redis_url,
@@ -221,28 +242,28 @@ def run_worker(
                     "log_level": logging.getLogger().getEffectiveLevel(),
                     "redis_wait_seconds": redis_wait_seconds,
                 },
-                name="handoff-dispatcher",
-                daemon=True,
             )
         )
     own_queue = slack_queue_name(queue_name) if work == "slack" else queue_name
-    slack_worker: BaseProcess | None = None
     if work == "all":
-        slack_worker = fork_context.Process(
-            target=_serve_queue_as_child,
-            args=(redis_url, slack_queue_name(queue_name)),
-            kwargs={
-                "name": f"{name}-slack" if name else None,
-                "fork": fork,
-                "burst": False,
-                "redis_wait_seconds": redis_wait_seconds,
-                "parent_pid": os.getpid(),
-            },
-            name="handoff-slack-worker",
+        children.append(
+            _Child(
+                "Slack worker",
+                stop_seconds=SLACK_WORKER_STOP_SECONDS,
+                daemon=False,
+                target=_serve_queue_as_child,
+                args=(redis_url, slack_queue_name(queue_name)),
+                kwargs={
+                    "name": f"{name}-slack" if name else None,
+                    "fork": fork,
+                    "burst": False,
+                    "redis_wait_seconds": redis_wait_seconds,
+                    "parent_pid": os.getpid(),
+                },
+            )
         )
-        children.append(slack_worker)
-    for child in children:
-        child.start()
+    supervisor = _Supervisor(children)
+    supervisor.start()
     try:
         _serve_queue(
             redis_url,
@@ -251,9 +272,185 @@ def run_worker(
             fork=fork,
             burst=False,
             redis_wait_seconds=redis_wait_seconds,
+            on_stop=supervisor.stop_restarting,
         )
     finally:
-        _stop_children(children, slack_worker)
+        supervisor.stop()
+    if supervisor.failure is not None:
+        raise WorkerChildFailed(supervisor.failure)
+
+
+class WorkerChildFailed(HandoffError):
+    """A child process of `handoff worker` (its dispatcher or Slack worker) kept dying right
+    after being started again, so the worker stopped: see the log for why it died."""
+
+
+@dataclass(eq=False)
+class _Child:
+    """A process `handoff worker` runs beside its own RQ worker, and starts again when it
+    dies: ``target`` called with ``args`` and ``kwargs`` in a forked process."""
+
+    label: str
+    stop_seconds: float
+    """How long it is given to stop by itself, once asked, before it is killed."""
+    daemon: bool
+    target: Callable[..., None]
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    process: BaseProcess | None = None
+    started: int = 0
+    """How many processes of it were started."""
+    deaths: deque[float] = field(default_factory=deque)
+    """When its processes died (monotonic), within the last ``CHILD_DEATH_WINDOW_SECONDS``."""
+
+    def launch(self) -> None:
+        kwargs = dict(self.kwargs)
+        if self.started and kwargs.get("name"):
+            # The dead one may still be registered with RQ under its name (RQ refuses a
+            # second live worker of one name) until its registration expires.
+            kwargs["name"] = f"{kwargs['name']}-{self.started + 1}"
+        self.process = multiprocessing.get_context("fork").Process(
+            target=_child_main,
+            args=(self.target, self.args, kwargs),
+            name=f"handoff-{self.label.lower().replace(' ', '-')}",
+            daemon=self.daemon,
+        )
+        self.process.start()
+        self.started += 1
+
+
+class _Supervisor:
+    """Starts the children of a `handoff worker` and, from a thread of its own, starts each
+    again when it dies, so that a Slack worker killed by the OOM killer, a crash or a stray
+    signal does not leave its queue unserved (nor the outbox undispatched) while the worker
+    process itself runs on.
+
+    A child is started again after a backoff that doubles with each death within
+    ``CHILD_DEATH_WINDOW_SECONDS`` (so one that dies at start-up does not spin); at
+    ``CHILD_DEATHS_TOLERATED`` deaths in the window, ``failure`` says why and the worker
+    process is sent SIGTERM, to stop (exit status 1) for its own supervisor to start again.
+    What a dead Slack worker was running is not lost: its attempt's lease lapses after the
+    task's timeout plus ``lease_grace_seconds``, and the dispatcher then dispatches the task
+    again (its RQ job, started, no longer counts as waiting), for the child started meanwhile.
+
+    Only the first children are forked before any thread starts. Those started again are
+    forked from the watching thread while the worker may be busy; they use nothing of the
+    parent's but the code and the notifier (each opens its own Redis connection), and Python
+    renews the logging locks in a forked child. Linux sends the parent-death signal when the
+    thread that forked a child ends, not the process: the watching thread ends only when the
+    worker stops, which stops the children all the same.
+    """
+
+    def __init__(self, children: list[_Child]) -> None:
+        self.children = children
+        self.failure: str | None = None
+        self._stopping = threading.Event()
+        # Held while a child is started, so that ``stop`` never misses one started meanwhile.
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        for child in self.children:
+            child.launch()
+        if self.children:
+            self._thread = threading.Thread(
+                target=self._watch, name="handoff-supervisor", daemon=True
+            )
+            self._thread.start()
+
+    def stop_restarting(self) -> None:
+        """The worker is stopping (a stop signal): children that die from now on, say from
+        the same Ctrl-C, are not started again. Safe in a signal handler."""
+        self._stopping.set()
+
+    def stop(self) -> None:
+        """Stop watching, then stop the children: the dispatcher at once, the Slack worker
+        after the job at hand (RQ's warm shutdown on SIGTERM), killing what does not stop in
+        time."""
+        with self._lock:
+            self._stopping.set()
+        if self._thread is not None:
+            self._thread.join(timeout=_WATCH_POLL_SECONDS + 1)
+        running = [c for c in self.children if c.process is not None]
+        for child in running:
+            if child.process is not None and child.process.is_alive():
+                child.process.terminate()
+        for child in running:
+            process = child.process
+            assert process is not None
+            process.join(timeout=child.stop_seconds)
+            if process.is_alive():
+                logger.warning("%s (pid %s) did not stop; killing it", child.label, process.pid)
+                process.kill()
+                process.join(timeout=1)
+
+    def _watch(self) -> None:
+        while not self._stopping.is_set():
+            alive = {c.process.sentinel: c for c in self.children if c.process is not None}
+            for sentinel in multiprocessing.connection.wait(list(alive), _WATCH_POLL_SECONDS):
+                if self._stopping.is_set():
+                    return
+                self._replace(alive[sentinel])  # type: ignore[index]
+
+    def _replace(self, child: _Child) -> None:
+        process = child.process
+        assert process is not None
+        process.join(timeout=1)  # reaps it
+        now = time.monotonic()
+        child.deaths.append(now)
+        while child.deaths and now - child.deaths[0] > CHILD_DEATH_WINDOW_SECONDS:
+            child.deaths.popleft()
+        deaths = len(child.deaths)
+        delay = min(
+            CHILD_RESTART_BACKOFF_MAX_SECONDS, CHILD_RESTART_BACKOFF_SECONDS * 2 ** (deaths - 1)
+        )
+        # Waited out before saying anything: a Ctrl-C reaches the whole process group, and
+        # a child may end of it before this process's own handler has told us to stop.
+        if self._stopping.wait(delay):
+            return
+        how = _how_it_ended(process.exitcode)
+        if deaths >= CHILD_DEATHS_TOLERATED:
+            self.failure = (
+                f"the {child.label} process died {deaths} times within "
+                f"{CHILD_DEATH_WINDOW_SECONDS:g} s (last: {how}); `handoff worker` stops so "
+                "that its supervisor can start it again: see the log above for why it died"
+            )
+            logger.error("%s", self.failure)
+            self._stopping.set()
+            # The RQ worker of this process stops on it as on any stop signal (after the job
+            # at hand), and ``run_worker`` then raises ``WorkerChildFailed``.
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+        with self._lock:
+            if self._stopping.is_set():
+                return
+            child.launch()
+        logger.error(
+            "%s (pid %s) died unexpectedly (%s); started it again (pid %s)",
+            child.label,
+            process.pid,
+            how,
+            child.process.pid if child.process is not None else "?",
+        )
+
+
+def _how_it_ended(exitcode: int | None) -> str:
+    if exitcode is None:
+        return "exit status unknown"
+    if exitcode < 0:
+        with contextlib.suppress(ValueError):
+            return f"killed by {signal.Signals(-exitcode).name}"
+        return f"killed by signal {-exitcode}"
+    return f"exit status {exitcode}"
+
+
+def _child_main(target: Callable[..., None], args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """Run a child's ``target``, with the stop signals' default handlers: a child started
+    again is forked while this process's RQ worker has its own installed, which would act on
+    the child's copy of that worker."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    target(*args, **kwargs)
 
 
 BURST_ROUNDS = 10_000
@@ -306,9 +503,11 @@ def _serve_queue(
     fork: bool,
     burst: bool,
     redis_wait_seconds: float,
+    on_stop: Callable[[], None] | None = None,
 ) -> None:
     """Run an RQ worker on one queue until asked to stop (or, with ``burst``, until the
-    queue is empty), starting it again when RQ's loop ends on an error."""
+    queue is empty), starting it again when RQ's loop ends on an error. ``on_stop`` is
+    called (in the signal handler) when a stop signal arrives."""
     redis = background_redis(redis_url, wait_seconds=redis_wait_seconds)
     worker_class = _ForkWorker if fork else _SimpleWorker
     try:
@@ -320,6 +519,7 @@ def _serve_queue(
                 name=f"{name}.{generation}" if name and generation else name,
                 serializer=JSONSerializer,
             )
+            worker.on_stop = on_stop
             with contextlib.suppress(RedisError):  # its teardown may fail the same way
                 worker.work(with_scheduler=False, burst=burst)
             if burst or worker._shutdown_requested_date is not None:
@@ -346,20 +546,6 @@ def _serve_queue_as_child(
         _serve_queue(redis_url, queue_name, **options)
 
 
-def _stop_children(children: list[BaseProcess], slack_worker: BaseProcess | None) -> None:
-    """Stop the dispatcher at once, and the Slack worker after the job at hand (RQ's warm
-    shutdown on SIGTERM), killing what does not stop in time."""
-    for child in children:
-        if child.is_alive():
-            child.terminate()
-    for child in children:
-        child.join(timeout=SLACK_WORKER_STOP_SECONDS if child is slack_worker else 5)
-        if child.is_alive():
-            logger.warning("%s (pid %s) did not stop; killing it", child.name, child.pid)
-            child.kill()
-            child.join(timeout=1)
-
-
 class _PromptStop:
     """RQ's warm shutdown, bounded when Redis is gone (mixed into RQ's worker classes).
 
@@ -368,10 +554,15 @@ class _PromptStop:
     """
 
     connection: Redis
+    on_stop: Callable[[], None] | None = None
+    """Told of the stop at once (RQ's loop may first finish its job): `handoff worker`'s
+    children are not started again from then on."""
 
     def handle_warm_shutdown_request(self) -> None:
         super().handle_warm_shutdown_request()  # type: ignore[misc]
         stop_retrying(self.connection)
+        if self.on_stop is not None:
+            self.on_stop()
 
 
 class _SimpleWorker(_PromptStop, SimpleWorker):

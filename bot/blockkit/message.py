@@ -22,6 +22,7 @@ from slack_sdk.models.blocks import (
     DividerBlock,
     HeaderBlock,
     MarkdownTextObject,
+    PlainTextObject,
     SectionBlock,
 )
 
@@ -318,11 +319,9 @@ def decision_buttons(handoff: Handoff, *, truncated: bool) -> ActionsBlock:
                 action_id=APPROVE,
                 value=value,
                 style="primary",
-                confirm=ConfirmObject(
+                confirm=confirm_dialog(
                     title="Approve this action?",
-                    text=agent_text(
-                        f"The agent will run {payload.action.name} with the arguments shown.", 300
-                    )[0],
+                    text=f"The agent will run {payload.action.name} with the arguments shown.",
                     confirm="Approve",
                     deny="Cancel",
                 ),
@@ -347,6 +346,21 @@ def decision_buttons(handoff: Handoff, *, truncated: bool) -> ActionsBlock:
     if truncated:
         buttons.append(view_full_button(handoff))
     return ActionsBlock(block_id=ACTIONS_BLOCK, elements=buttons)
+
+
+def confirm_dialog(*, title: str, text: str, confirm: str, deny: str) -> ConfirmObject:
+    """A confirmation dialog with every text ``plain_text``, cut to Slack's limits.
+
+    The Block Kit reference takes only ``plain_text`` for the dialog's ``text``, while
+    slack_sdk's ``ConfirmObject`` renders a plain string as ``mrkdwn``; and plain text shows
+    ``&`` and ``<`` as they are, so agent text is cut here, not mrkdwn-escaped.
+    """
+    return ConfirmObject(
+        title=PlainTextObject(text=clip(title, ConfirmObject.title_max_length)),
+        text=PlainTextObject(text=clip(text, ConfirmObject.text_max_length)),
+        confirm=PlainTextObject(text=clip(confirm, ConfirmObject.confirm_max_length)),
+        deny=PlainTextObject(text=clip(deny, ConfirmObject.deny_max_length)),
+    )
 
 
 def view_full_button(handoff: Handoff) -> ButtonElement:

@@ -77,7 +77,12 @@ def decode_page(value: str) -> PageRequest:
     try:
         data = json.loads(value)
         listing = ListFilter(ListKind(data["k"]), str(data.get("v") or ""))
-        return PageRequest(listing, after=data.get("a"), before=data.get("b"))
+        after, before = data.get("a"), data.get("b")
+        # Cursors are handoff ids: anything else is a tampered value, refused here rather
+        # than compared with ids further down.
+        if not all(cursor is None or isinstance(cursor, str) for cursor in (after, before)):
+            raise TypeError("a cursor is not a string")
+        return PageRequest(listing, after=after, before=before)
     except (TypeError, KeyError, AttributeError) as exc:
         raise ValueError(f"not a page request: {value!r}") from exc
 

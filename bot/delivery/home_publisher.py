@@ -22,6 +22,7 @@ from bot.access.reviewers import ReviewerPolicy
 from bot.blockkit.home import HOME_QUEUE_SHOWN, HOME_RECENT_SHOWN, render_home
 from bot.keys import BotKeys
 from bot.queries.listings import Listings
+from bot.slack_client import AMBIGUOUS_ERRORS
 from store.decoding import as_text
 from store.models import Handoff, Status
 from store.repository import HandoffStore
@@ -42,6 +43,9 @@ so this only matters for decisions it was not told about."""
 
 RECENT_KEPT = 50
 """Recent decisions remembered per person."""
+
+HOME_PUBLISH_TRIES = 3
+"""Publishes of one Home refresh, counting those refused with ``hash_conflict``."""
 
 _PERSON_OUTCOMES = frozenset({Status.APPROVED, Status.REJECTED, Status.ANSWERED})
 
@@ -95,12 +99,47 @@ class Homes:
             queue_end=queue_ids[-1] if full else None,
         )
 
-    def publish(self, client: WebClient, user_id: str, *, notice: str | None = None) -> None:
-        """Publish the Home of ``user_id`` (``views.publish``), and remember what it shows."""
-        built = self.build(user_id, notice=notice)
-        client.views_publish(user_id=user_id, view=built.view)
+    def publish(
+        self,
+        client: WebClient,
+        user_id: str,
+        *,
+        notice: str | None = None,
+        view_hash: str | None = None,
+    ) -> None:
+        """Publish the Home of ``user_id`` (``views.publish``), and remember what it shows.
+
+        Each publish passes the ``hash`` Slack gave the Home last time (``view_hash``, as an
+        ``app_home_opened`` event carries it, or the one kept in Redis), read before the
+        state: a refresh rendered from older state than the Home shows is refused with
+        ``hash_conflict`` instead of overwriting it. On a conflict the state is read again,
+        re-rendered and published with the newer hash, up to ``HOME_PUBLISH_TRIES`` times;
+        when no newer hash is known (the answer that carried it was lost), the fresh
+        rendering is published without one: it was read after the conflict, so it is at
+        least as new as the Home that won.
+        """
+        hash_key = self.keys.home_hash(user_id)
+        known = view_hash or _text_or_none(self.store.redis.get(hash_key))
+        for tries_left in range(HOME_PUBLISH_TRIES - 1, -1, -1):
+            built = self.build(user_id, notice=notice)
+            try:
+                answer = client.views_publish(
+                    user_id=user_id, view=built.view, **({"hash": known} if known else {})
+                )
+                break
+            except SlackApiError as exc:
+                if exc.response.get("error") != "hash_conflict" or not tries_left:
+                    raise
+                newer = _text_or_none(self.store.redis.get(hash_key))
+                logger.info("the Home of %s changed meanwhile; publishing it again", user_id)
+                known = newer if newer != known else None
+        self._remember_shown(user_id, built, (answer.get("view") or {}).get("hash"))
+
+    def _remember_shown(self, user_id: str, built: BuiltHome, view_hash: str | None) -> None:
         shown_key, end_key = self.keys.home_shown(user_id), self.keys.home_queue_end(user_id)
         pipe = self.store.redis.pipeline(transaction=True)
+        if view_hash:
+            pipe.set(self.keys.home_hash(user_id), view_hash, ex=VIEWER_TTL_SECONDS)
         pipe.delete(shown_key, end_key)
         if built.shown:
             pipe.sadd(shown_key, *built.shown)
@@ -161,6 +200,8 @@ class Homes:
                 logger.warning(
                     "cannot refresh the Home of %s: %s", viewer, exc.response.get("error")
                 )
+            except AMBIGUOUS_ERRORS as exc:  # no answer from Slack: the others may get one
+                logger.warning("cannot refresh the Home of %s: %s", viewer, type(exc).__name__)
         return refreshed
 
     def recent_decisions(self, user_id: str, *, now: datetime | None = None) -> list[Handoff]:
@@ -222,6 +263,10 @@ class Homes:
         if read_up_to is not None:
             pipe.set(self.keys.home_read(user_id), read_up_to, ex=VIEWER_TTL_SECONDS)
         pipe.execute()
+
+
+def _text_or_none(value: bytes | str | None) -> str | None:
+    return as_text(value) if value is not None else None
 
 
 def refresh_homes(

@@ -34,7 +34,7 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
 from bot import defaults
-from bot.delivery.slack_errors import describe, is_permanent, retry_after
+from bot.delivery.slack_errors import describe, is_permanent, maybe_carried_out, retry_after
 from bot.slack_client import AMBIGUOUS_ERRORS, posting_client, reading_client
 from store.keys import KeySpace
 from store.models import PostWindow
@@ -192,7 +192,7 @@ class Poster:
         self.tries = tries
         self.sleep = sleep
         self.look_ups = look_ups or LookUps()
-        self._bot_id: str | None = None
+        self._identity_answer: dict[str, Any] | None = None
 
     def post(
         self,
@@ -233,7 +233,7 @@ class Poster:
                 )
                 return Posted(str(answer["channel"]), str(answer["ts"]))
             except SlackApiError as exc:
-                if exc.response.status_code < 500:  # Slack answered: nothing was posted
+                if not maybe_carried_out(exc):  # Slack refused it: nothing was posted
                     raise PostRefused(
                         f"Slack refused the post to {channel}: {describe(exc)}",
                         slack_error=exc,
@@ -286,9 +286,21 @@ class Poster:
     def our_bot_id(self) -> str:
         """The bot's own bot id: only its messages may be adopted, never another app's
         message that happens to carry the same metadata."""
-        if self._bot_id is None:
-            self._bot_id = str(self.client.auth_test()["bot_id"])
-        return self._bot_id
+        return str(self._identity()["bot_id"])
+
+    def our_bot_name(self) -> str:
+        """The bot user's name, as people mention it (``/invite @handoff``); "handoff"
+        when Slack cannot be asked."""
+        try:
+            return str(self._identity().get("user") or "handoff")
+        except _NEUTRALISE_ERRORS:  # Slack's refusals and lost answers alike
+            return "handoff"
+
+    def _identity(self) -> dict[str, Any]:
+        if self._identity_answer is None:
+            data = self.client.auth_test().data
+            self._identity_answer = dict(data) if isinstance(data, dict) else {}
+        return self._identity_answer
 
 
 class _Search:

@@ -45,6 +45,9 @@ PERMANENT_ERRORS: dict[str, str] = {
     "ekm_access_denied": "the workspace's encryption keys refuse access",
     "team_access_not_granted": "the bot's token has no access to that workspace",
     "messages_tab_disabled": "the user's messages tab is disabled",
+    "user_not_found": "no such person to write to",
+    "user_disabled": "the person's account is deactivated",
+    "cannot_dm_bot": "the bot cannot write to another bot",
     # Who posts
     "invalid_auth": "the bot token is invalid",
     "not_authed": "no bot token was sent",
@@ -102,6 +105,28 @@ def is_permanent(exc: BaseException) -> bool:
         return False
     code = error_code(exc)
     return code is not None and code not in TRANSIENT_ERRORS and code in PERMANENT_ERRORS
+
+
+MAYBE_CARRIED_OUT_ERRORS: frozenset[str] = frozenset({"internal_error", "fatal_error"})
+"""Codes after which Slack may have done part of the call ("It's possible some aspect of the
+operation succeeded before the error was raised", says its reference of the first two)."""
+
+_NOT_JSON = "Received a response in a non-JSON format"
+"""How slack_sdk's error reads for an answer that was no JSON (cut short, a proxy's page):
+it raises ``SlackApiError`` for it, with that text as the error code."""
+
+
+def maybe_carried_out(exc: BaseException) -> bool:
+    """Could Slack have carried the call out although it answered ``exc``? True for a 5xx,
+    for Slack's own trouble codes and for an answer that was no JSON (whatever it said, it
+    may have been an ``ok: true`` cut short); False for a refusal, after which nothing was
+    done."""
+    if not isinstance(exc, SlackApiError):
+        return False
+    if getattr(exc.response, "status_code", 200) >= 500:
+        return True
+    code = error_code(exc) or ""
+    return code in MAYBE_CARRIED_OUT_ERRORS or code.startswith(_NOT_JSON)
 
 
 RETRY_AFTER_DEFAULT_SECONDS = 60.0

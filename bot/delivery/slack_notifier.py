@@ -12,6 +12,7 @@ back after ``Retry-After`` without spending an attempt, and no worker sleeps mea
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -29,10 +30,11 @@ from bot.blockkit.message import (
     render_moved,
     thread_record_text,
 )
+from bot.delivery.conversations import NOT_A_MEMBER_ERRORS, Conversations, is_user
 from bot.delivery.posting import Posted, Poster, PostRefused, PostTag, delete_extra
 from bot.delivery.slack_errors import describe, error_code, is_permanent, retry_after
 from bot.mrkdwn import is_usergroup, reviewer_mention
-from store.exceptions import HandoffError
+from bot.slack_client import AMBIGUOUS_ERRORS
 from store.models import Handoff, PostWindow
 from worker.notifier import FIRST_ATTEMPT, Attempt, DeliveryFailed, Undeliverable
 
@@ -53,8 +55,9 @@ DUPLICATE_EVENT_TYPE = "handoff_duplicate"
 """Metadata of an extra copy once neutralised, so that it is never adopted again."""
 
 
-class NoChannel(HandoffError):
-    """The handoff names no channel and no default channel is configured."""
+class NoChannel(Undeliverable):
+    """The handoff names no channel and no default channel is configured: no retry can
+    post it, so its run is told at once (``undeliverable``)."""
 
 
 class SlackNotifier:
@@ -67,14 +70,17 @@ class SlackNotifier:
         default_channel: str | None = None,
         on_change: Callable[[Handoff], None] | None = None,
         poster: Poster | None = None,
+        conversations: Conversations | None = None,
     ) -> None:
         """``on_change`` is called after each delivery, update and escalation (the App Home
         refresh); its failures are logged, never raised, so they cannot fail the task.
-        ``poster`` defaults to a ``Poster`` on ``client``."""
+        ``poster`` defaults to a ``Poster`` on ``client``, ``conversations`` (routing ids
+        to conversations the bot is in) to ``Conversations`` on ``client``."""
         self.client = client
         self.default_channel = default_channel
         self.on_change = on_change
         self.poster = poster or Poster(client)
+        self.conversations = conversations or Conversations(client)
 
     def deliver(self, handoff: Handoff, *, attempt: Attempt = FIRST_ATTEMPT) -> dict[str, Any]:
         """Post the handoff's message; returns its references.
@@ -91,10 +97,15 @@ class SlackNotifier:
         ``DeliveryFailed`` for what a later attempt may fix (with ``retry_after`` for a
         rate limit).
         """
-        channel = handoff.channel or self.default_channel
-        if not channel:
-            raise NoChannel(f"handoff {handoff.id} names no channel and HANDOFF_CHANNEL is not set")
+        target = handoff.channel or self.default_channel
+        if not target:
+            raise NoChannel(
+                f"handoff {handoff.id} names no channel and HANDOFF_CHANNEL is not set; "
+                "set HANDOFF_CHANNEL (or give the request a channel) and ask again",
+                code="no_channel",
+            )
         with _rate_limits_put_off(attempt.unanswered):
+            channel = self._ready_to_post(target)
             attempt = self._clear_strays(handoff, channel, attempt)
             try:
                 posted = self._post(handoff, channel, attempt=attempt)
@@ -104,7 +115,7 @@ class SlackNotifier:
                 # works; those failures are retried.
                 if is_permanent(exc.slack_error):
                     raise Undeliverable(
-                        f"Slack refused the message to {channel}: {describe(exc.slack_error)}",
+                        self._refusal_text(target, exc.slack_error),
                         code=error_code(exc.slack_error),
                     ) from exc
                 raise
@@ -132,42 +143,105 @@ class SlackNotifier:
         self, handoff: Handoff, *, attempt: Attempt = FIRST_ATTEMPT
     ) -> dict[str, Any] | None:
         """Re-render every message of the handoff; after a decision, also post a short
-        record in the primary message's thread (once: its ts is kept in the refs)."""
+        record in the primary message's thread (once: its ts is kept in the refs).
+
+        Each message is updated on its own: one whose ``chat.update`` fails (a Slack error,
+        a reset, a timeout) keeps neither the other messages, the thread record nor the App
+        Home refresh from being done. A message that is gone (``GONE_ERRORS``) is skipped
+        for good. When another failed, the attempt then ends with ``DeliveryFailed`` naming
+        it, so the task is retried (updates are idempotent: every message is re-rendered
+        again); the failure carries the record's ts in ``message_refs``, which the job
+        stores with it, so a retry never posts the record twice. A 429 ends the attempt at
+        once, put off for ``Retry-After`` (the next calls would be refused too); nothing has
+        been posted then.
+        """
         refs = dict(handoff.message_refs)
         channel, ts = refs.get("channel"), refs.get("ts")
         if not channel or not ts:
             if handoff.delivery.state.value in ("completed", "failed"):
                 return None  # never posted to Slack (e.g. delivered to the log): nothing to update
             raise RuntimeError(f"handoff {handoff.id} is not posted yet; will retry")
+        failed: list[str] = []
         with _rate_limits_put_off(attempt.unanswered):
             message = render_message(handoff)
-            self.client.chat_update(
-                channel=channel, ts=ts, text=message.text, blocks=message.blocks
+            primary_shown = self._update_one(
+                handoff,
+                {"channel": channel, "ts": ts},
+                lambda: self.client.chat_update(
+                    channel=channel, ts=ts, text=message.text, blocks=message.blocks
+                ),
+                failed,
             )
             for copy in refs.get("copies", []):
                 if copy.get("moved_to"):
-                    self._show_moved(handoff, copy)
-                else:
-                    shown = render_message(handoff, note=escalation_note(handoff))
-                    self.client.chat_update(
-                        channel=copy["channel"],
-                        ts=copy["ts"],
-                        text=shown.text,
-                        blocks=shown.blocks,
-                    )
+                    show = functools.partial(self._show_moved, handoff, copy)
+                    self._update_one(handoff, copy, show, failed)
+                    continue
+                shown = render_message(handoff, note=escalation_note(handoff))
+                update = functools.partial(
+                    self.client.chat_update,
+                    channel=copy["channel"],
+                    ts=copy["ts"],
+                    text=shown.text,
+                    blocks=shown.blocks,
+                )
+                self._update_one(handoff, copy, update, failed)
             self._changed(handoff)
-            if handoff.is_pending or refs.get("record_ts"):
-                return None
-            record = self.poster.post(
-                channel=channel,
-                thread_ts=ts,
-                text=thread_record_text(handoff),
-                tag=PostTag(RECORD_EVENT_TYPE, {"handoff_id": handoff.id}),
-                neutralise=delete_extra,
-                attempt=attempt,
+            record_ts: str | None = None
+            # A primary message that is gone has no thread to record the outcome in.
+            if not handoff.is_pending and not refs.get("record_ts") and primary_shown:
+                record_ts = self.poster.post(
+                    channel=channel,
+                    thread_ts=ts,
+                    text=thread_record_text(handoff),
+                    tag=PostTag(RECORD_EVENT_TYPE, {"handoff_id": handoff.id}),
+                    neutralise=delete_extra,
+                    attempt=attempt,
+                ).ts
+        kept = {"record_ts": record_ts} if record_ts else None
+        if failed:
+            raise DeliveryFailed(
+                f"could not update {len(failed)} message(s) of the handoff: {'; '.join(failed)}",
+                # The record, if posted now, is known: nothing is left to look for.
+                unanswered=None if record_ts else attempt.unanswered,
+                message_refs=kept,
             )
-        refs["record_ts"] = record.ts
-        return refs
+        # Only what this task made: the store merges it into the refs as they are then (a
+        # reassignment's delivery may have replaced the primary message meanwhile).
+        return kept
+
+    def _update_one(
+        self,
+        handoff: Handoff,
+        where: dict[str, Any],
+        update: Callable[[], object],
+        failed: list[str],
+    ) -> bool:
+        """Run one message's update; a failure is logged and added to ``failed`` (a 429 is
+        raised). Returns whether the message is there (updated, or failed for now)."""
+        try:
+            update()
+            return True
+        except SlackApiError as exc:
+            if retry_after(exc) is not None:
+                raise
+            if error_code(exc) in GONE_ERRORS:
+                logger.info(
+                    "a message of the handoff is gone (%s)",
+                    error_code(exc),
+                    extra={"handoff_id": handoff.id, "channel": where.get("channel")},
+                )
+                return False
+            reason = describe(exc)
+        except AMBIGUOUS_ERRORS as exc:
+            reason = f"no answer from Slack ({type(exc).__name__})"
+        failed.append(f"{where.get('channel')}/{where.get('ts')}: {reason}")
+        logger.warning(
+            "could not update a message of the handoff: %s",
+            reason,
+            extra={"handoff_id": handoff.id, "channel": where.get("channel")},
+        )
+        return True
 
     def remind(self, handoff: Handoff, *, attempt: Attempt = FIRST_ATTEMPT) -> None:
         """Reply in the message's thread, mentioning the reviewers; posted once, like the
@@ -218,13 +292,49 @@ class SlackNotifier:
                     return None
                 posted = {"channel": found.channel, "ts": found.ts}
             else:
-                posted = self._post(handoff, target, note=escalation_note(handoff), attempt=attempt)
-        refs["copies"] = [
-            *refs.get("copies", []),
-            {"channel": posted["channel"], "ts": posted["ts"]},
-        ]
+                channel = self.conversations.ready_to_post(target)
+                posted = self._post(
+                    handoff, channel, note=escalation_note(handoff), attempt=attempt
+                )
         self._changed(handoff)
-        return refs
+        # Only the new copy: the store adds it to the copies as they are then (a delivery
+        # running at the same time may have added its own, or moved the primary message).
+        return {"copies": [{"channel": posted["channel"], "ts": posted["ts"]}]}
+
+    def _ready_to_post(self, target: str) -> str:
+        """The conversation to post a handoff routed to ``target`` in (a person's DM, a
+        public channel the bot joined first: see ``bot.delivery.conversations``). Raises
+        ``Undeliverable`` when Slack refuses it for good (an archived channel, a person it
+        cannot write to)."""
+        try:
+            return self.conversations.ready_to_post(target)
+        except SlackApiError as exc:
+            if error_code(exc) == "missing_scope":
+                # Installed before the bot joined channels and opened DMs (no channels:join,
+                # im:write): post as before (chat.postMessage takes a user id, and
+                # chat:write.public posts in a public channel). Thread answers will not
+                # reach the bot there, and a lost post to a person cannot be looked for.
+                logger.warning(
+                    "cannot %s %s (the bot token lacks %s; reinstall the app from "
+                    "manifest.yml): posting there as it is",
+                    "open a DM with" if is_user(target) else "join",
+                    target,
+                    exc.response.get("needed") or "a scope",
+                )
+                return target
+            if is_permanent(exc):
+                raise Undeliverable(self._refusal_text(target, exc), code=error_code(exc)) from exc
+            raise
+
+    def _refusal_text(self, target: str, exc: SlackApiError) -> str:
+        """What an admin (and the agent) read about a post Slack refused for good."""
+        text = f"Slack refused the message to {target}: {describe(exc)}"
+        if error_code(exc) in NOT_A_MEMBER_ERRORS and not is_user(target):
+            text += (
+                f"; if {target} is a private channel, invite the bot to it "
+                f"(/invite @{self.poster.our_bot_name()} there) and ask again"
+            )
+        return text
 
     def _changed(self, handoff: Handoff) -> None:
         if self.on_change is None:
@@ -263,7 +373,7 @@ class SlackNotifier:
         refs = handoff.message_refs
         known = [refs.get("ts"), *(copy.get("ts") for copy in refs.get("copies", []))]
         return self.poster.find(
-            channel=target,
+            channel=self.conversations.conversation_of(target),
             tag=PostTag(METADATA_EVENT_TYPE, {"handoff_id": handoff.id, "run_id": handoff.run_id}),
             neutralise=self._neutraliser(handoff),
             window=attempt.unanswered,
@@ -277,7 +387,8 @@ class SlackNotifier:
         window = attempt.unanswered
         if window is None or window.route in (None, "?"):
             return attempt
-        old = window.route or self.default_channel
+        route = window.route or self.default_channel
+        old = self.conversations.conversation_of(route) if route else None
         if not old or old == channel:
             return attempt
         cleared = self.poster.clear(

@@ -28,6 +28,10 @@ MAX_HEADER_TEXT = 150
 MAX_VIEW_TITLE = 24
 MAX_PRIVATE_METADATA = 3000
 MAX_INPUT_LENGTH = 3000
+MAX_ACTIONS_ELEMENTS = 25
+MAX_CONFIRM_TITLE = 100
+MAX_CONFIRM_TEXT = 300
+MAX_CONFIRM_BUTTON = 30
 
 INTERACTIVE_TYPES = frozenset(
     {
@@ -135,6 +139,25 @@ def _check_element(errors: list[str], pointer: str, element: dict[str, Any]) -> 
         max_length = element.get("max_length")
         if isinstance(max_length, int) and max_length > MAX_INPUT_LENGTH:
             errors.append(f"must be at most {MAX_INPUT_LENGTH} [json-pointer:{pointer}/max_length]")
+    if "confirm" in element:
+        _check_confirm(errors, f"{pointer}/confirm", element["confirm"])
+
+
+def _check_confirm(errors: list[str], pointer: str, confirm: Any) -> None:
+    """A confirmation dialog: every text ``plain_text`` (its ``text`` too, per the current
+    Block Kit reference) within Slack's limits."""
+    if not isinstance(confirm, dict):
+        errors.append(f"must be an object [json-pointer:{pointer}]")
+        return
+    for key, limit in (
+        ("title", MAX_CONFIRM_TITLE),
+        ("text", MAX_CONFIRM_TEXT),
+        ("confirm", MAX_CONFIRM_BUTTON),
+        ("deny", MAX_CONFIRM_BUTTON),
+    ):
+        _check_plain_text(errors, f"{pointer}/{key}", confirm.get(key), limit)
+    if confirm.get("style") not in (None, "primary", "danger"):
+        errors.append(f"must be primary or danger [json-pointer:{pointer}/style]")
 
 
 def _check_block(errors: list[str], pointer: str, block: Any) -> None:
@@ -161,8 +184,15 @@ def _check_block(errors: list[str], pointer: str, block: Any) -> None:
             _check_text_object(errors, f"{pointer}/fields/{index}", item, MAX_FIELD_TEXT)
     elif kind == "header":
         _check_plain_text(errors, f"{pointer}/text", block.get("text"), MAX_HEADER_TEXT)
-    elif kind == "actions" and not block.get("elements"):
-        errors.append(f"must provide at least one element [json-pointer:{pointer}/elements]")
+    elif kind == "actions":
+        elements = block.get("elements") or []
+        if not elements:
+            errors.append(f"must provide at least one element [json-pointer:{pointer}/elements]")
+        elif len(elements) > MAX_ACTIONS_ELEMENTS:
+            errors.append(
+                f"must be less than {MAX_ACTIONS_ELEMENTS + 1} items "
+                f"[json-pointer:{pointer}/elements]"
+            )
     elif kind == "input":
         if block.get("element") is None:
             errors.append(f"missing required field: element [json-pointer:{pointer}]")
@@ -185,8 +215,8 @@ def _check_block(errors: list[str], pointer: str, block: Any) -> None:
 def check_blocks(blocks: Any, *, limit: int, pointer: str = "/blocks") -> None:
     """Raise ``BlockKitError`` if Slack would refuse these blocks.
 
-    Checks the count, each block's type, the text limits from DESIGN.md, and that block_ids
-    are unique.
+    Checks the count, each block's type, the text limits from DESIGN.md, confirmation
+    dialogs, the elements of an actions block (at most 25), and that block_ids are unique.
     """
     if not isinstance(blocks, list):
         raise BlockKitError([f"must be an array [json-pointer:{pointer}]"])

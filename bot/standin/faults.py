@@ -50,6 +50,8 @@ class Fault:
     then: Callable[[dict[str, Any]], None] | None = None
     """Run with the call's parameters after the call is carried out and before its answer
     is lost (say, other people post in the channel meanwhile)."""
+    truncated: bool = False
+    """With ``carried_out``: the answer's body is cut in half (a connection closed early)."""
 
 
 class RandomFaults:

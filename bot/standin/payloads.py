@@ -7,6 +7,7 @@ builder takes the ``Workspace`` for team and app ids; none of them sends anythin
 from __future__ import annotations
 
 import copy
+import re
 import secrets
 import time
 from collections.abc import Mapping
@@ -285,6 +286,116 @@ def rich_text(text: str) -> list[dict[str, Any]]:
     ]
 
 
+# What a person types that Slack turns into a token: a link, a special mention, a mention
+# of a member (by name or id) or a channel (by name). Anything else is text.
+_TYPED = re.compile(
+    r"(?P<url>(?:https?|mailto):[^\s<>]+?)(?=[.,;:!?)'\"]*(?:\s|$))"
+    r"|(?<![\w@])@(?P<special>here|channel|everyone)\b"
+    r"|(?P<email>(?<![\w.+\-])[\w.+\-]+@[\w\-]+(?:\.[\w\-]+)+)"
+    r"|(?<![\w@])@(?P<user>[\w.\-]*\w)"
+    r"|(?<![\w#])#(?P<channel>[\w\-]+)"
+)
+
+
+def escape(text: str) -> str:
+    """``text`` with ``&``, ``<`` and ``>`` escaped, as Slack escapes what people type."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def typed_message(ws: Workspace, typed: str) -> tuple[str, list[dict[str, Any]]]:
+    """The ``text`` and ``blocks`` Slack sends for a message a person typed as ``typed``.
+
+    As in Slack: ``&``, ``<`` and ``>`` are escaped; ``@alice`` or ``@U0ALICE`` (a member,
+    by name or id) becomes ``<@U0ALICE>``; ``@here``, ``@channel`` and ``@everyone`` become
+    ``<!here>``...; ``#general`` (a channel the workspace names) becomes ``<#C0GENERAL>``;
+    a URL becomes ``<https://x.y>``, an address ``<mailto:a@b.c|a@b.c>``. Other ``@words``
+    stay text. The blocks hold the same
+    as rich text (text, user, broadcast, channel and link elements), unescaped.
+
+    Example: ``typed_message(ws, "Tom & Jerry <3 @alice")`` gives
+    ``"Tom &amp; Jerry &lt;3 <@U0ALICE>"``.
+    """
+    by_name = {user.name: user.id for user in ws.users.values()}
+    channels = {name: channel for channel, name in ws.channel_names.items()}
+    wire: list[str] = []
+    elements: list[dict[str, Any]] = []
+
+    def add_text(text: str) -> None:
+        if not text:
+            return
+        wire.append(escape(text))
+        if elements and elements[-1]["type"] == "text":
+            elements[-1]["text"] += text
+        else:
+            elements.append({"type": "text", "text": text})
+
+    end = 0
+    for found in _TYPED.finditer(typed):
+        token: str | None = None
+        element: dict[str, Any] | None = None
+        if found["url"]:
+            token, element = escape(found["url"]), {"type": "link", "url": found["url"]}
+        elif found["special"]:
+            special = found["special"]
+            token, element = f"!{special}", {"type": "broadcast", "range": special}
+        elif found["email"]:
+            email = found["email"]
+            token = f"mailto:{email}|{email}"
+            element = {"type": "link", "url": f"mailto:{email}", "text": email}
+        elif found["user"]:
+            name = found["user"]
+            user = name if name in ws.users else by_name.get(name)
+            if user is not None:
+                token, element = f"@{user}", {"type": "user", "user_id": user}
+        elif found["channel"] in channels:
+            channel = channels[found["channel"]]
+            token, element = f"#{channel}", {"type": "channel", "channel_id": channel}
+        if token is None or element is None:
+            continue  # an @word of nobody: text, sent with what follows it
+        add_text(typed[end : found.start()])
+        wire.append(f"<{token}>")
+        elements.append(element)
+        end = found.end()
+    add_text(typed[end:])
+    blocks = [
+        {
+            "type": "rich_text",
+            "block_id": generated_id(),
+            "elements": [{"type": "rich_text_section", "elements": elements}],
+        }
+    ]
+    return "".join(wire), blocks if elements else []
+
+
+def file_object(ws: Workspace, *, name: str, user: str) -> dict[str, Any]:
+    """A file as a ``file_share`` message event lists it (the fields a bot is shown)."""
+    extension = name.rpartition(".")[2].lower() if "." in name else "binary"
+    file_id = ws.next_id("F")
+    return {
+        "id": file_id,
+        "created": int(time.time()),
+        "timestamp": int(time.time()),
+        "name": name,
+        "title": name,
+        "mimetype": "application/octet-stream",
+        "filetype": extension,
+        "pretty_type": extension.upper(),
+        "user": user,
+        "user_team": ws.team_id,
+        "mode": "hosted",
+        "editable": False,
+        "is_external": False,
+        "external_type": "",
+        "is_public": True,
+        "public_url_shared": False,
+        "display_as_bot": False,
+        "username": "",
+        "size": 1024,
+        "url_private": f"https://files.slack.com/files-pri/{ws.team_id}-{file_id}/{name}",
+        "permalink": f"https://{ws.team_domain}.slack.com/files/{user}/{file_id}/{name}",
+    }
+
+
 def channel_type(channel: str) -> str:
     """The ``channel_type`` of message events in ``channel``."""
     return {"C": "channel", "G": "group", "D": "im"}.get(channel[:1], "channel")
@@ -297,14 +408,25 @@ def message_event(
     channel: str,
     parent_user_id: str | None,
     subtype: str | None,
+    root: dict[str, Any] | None = None,
+    files: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """A ``message`` event for a message already shaped by ``Message.to_slack``."""
+    """A ``message`` event for a message already shaped by ``Message.to_slack``.
+
+    A ``thread_broadcast`` (a reply also sent to the channel) carries its thread's parent
+    message as ``root`` and no ``parent_user_id``, as in Slack's example of that subtype; a
+    ``file_share`` carries its ``files``.
+    """
     event = copy.deepcopy(message)
     event.pop("team", None)
     if subtype:
         event["subtype"] = subtype
+    if files is not None:
+        event.update(files=files, upload=False, display_as_bot=False)
     event.update(channel=channel, event_ts=message["ts"], channel_type=channel_type(channel))
-    if parent_user_id:
+    if subtype == "thread_broadcast" and root is not None:
+        event["root"] = root
+    elif parent_user_id:
         event["parent_user_id"] = parent_user_id
     event["team"] = ws.team_id
     return event

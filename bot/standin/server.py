@@ -37,6 +37,7 @@ from urllib.parse import urlencode, urlsplit
 from slack_sdk.signature import SignatureVerifier
 
 from bot.standin import answers, faults, guard, payloads, rate_limits, webapi
+from bot.standin import scopes as standin_scopes
 from bot.standin.blockkit import (
     find_element,
 )
@@ -106,6 +107,12 @@ class SlackStandIn:
     ``bot_token``), so that no token printed in a README works against a running stand-in. It
     serves only requests addressed to a loopback name (or to ``host`` as written) and sent by
     no other web site: see ``bot.standin.guard``.
+
+    As in Slack, the bot is in no channel until it joins (``conversations.join``) or is
+    invited (``invite_bot``, or ``set_channel_members`` with the bot among them): it reads
+    the history of, and hears messages in, only those. ``scopes`` are the bot token's (the
+    tests give the scopes ``manifest.yml`` grants); a call needing another answers
+    ``missing_scope``. None grants every scope.
     """
 
     def __init__(
@@ -128,6 +135,7 @@ class SlackStandIn:
         trigger_ttl: float = TRIGGER_TTL_SECONDS,
         ack_timeout: float | None = ACK_TIMEOUT_SECONDS,
         latency: float = 0.0,
+        scopes: Iterable[str] | None = None,
     ) -> None:
         self.signing_secret = signing_secret
         self.bot_token = bot_token or f"xoxb-standin-{secrets.token_urlsafe(18)}"
@@ -153,6 +161,7 @@ class SlackStandIn:
             channels=channels,
             trigger_ttl=trigger_ttl,
         )
+        self._ws.scopes = frozenset(scopes) if scopes is not None else None
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
@@ -225,6 +234,11 @@ class SlackStandIn:
         return self._ws.team_id
 
     @property
+    def bot_name(self) -> str:
+        """The bot user's name (as people mention it: ``/invite @handoff``)."""
+        return self._ws.users[self._ws.bot_user_id].name
+
+    @property
     def bot_user_id(self) -> str:
         """The bot's user id (the ``user`` of its messages)."""
         return self._ws.bot_user_id
@@ -241,9 +255,34 @@ class SlackStandIn:
     def set_channel_members(self, channel: str, members: Sequence[str]) -> None:
         """Make ``members`` the members of ``channel``, as people joining and leaving it
         would: ``conversations.members`` answers with them from now on (channels never set
-        have every member of the workspace)."""
+        have every person of the workspace). The bot is in it if it is among them."""
         with self._ws.lock:
             self._ws.channel_members[channel] = list(members)
+            if self._ws.bot_user_id in members:
+                self._ws.bot_channels.add(channel)
+            else:
+                self._ws.bot_channels.discard(channel)
+
+    def invite_bot(self, channel: str) -> None:
+        """Someone invites the bot to ``channel`` (public or private), as ``/invite @bot``."""
+        with self._ws.lock:
+            self._ws.bot_channels.add(channel)
+
+    def remove_bot(self, channel: str) -> None:
+        """Someone removes the bot from ``channel``."""
+        with self._ws.lock:
+            self._ws.bot_channels.discard(channel)
+
+    def make_private(self, channel: str) -> None:
+        """Make a ``C…`` channel private (as Slack's newer private channels are; every
+        ``G…`` channel is private already)."""
+        with self._ws.lock:
+            self._ws.private_channels.add(channel)
+
+    def bot_channels(self) -> set[str]:
+        """The channels the bot is in (joined or invited; its DMs are not listed)."""
+        with self._ws.lock:
+            return set(self._ws.bot_channels)
 
     # What the bot did
 
@@ -345,6 +384,7 @@ class SlackStandIn:
         carried_out: bool = False,
         then: Callable[[dict[str, Any]], None] | None = None,
         after: int = 0,
+        truncated: bool = False,
     ) -> None:
         """Make the next ``times`` calls of ``method`` ("*": any method) fail (after letting
         ``after`` calls through).
@@ -357,7 +397,9 @@ class SlackStandIn:
         is then carried out normally, as when Slack did the work but answered too late.
         ``then`` (with ``carried_out``) is called with the call's parameters after the call is
         made and before the answer is lost: e.g. other members post in the channel before the
-        bot can look.
+        bot can look. ``carried_out`` with ``error`` makes the call and answers the error all
+        the same (Slack's ``internal_error``: part of it may have been done); ``truncated``
+        makes it and answers only the first half of the answer's body.
         """
         if times < 1 or after < 0:
             raise ValueError("times must be at least 1, and after at least 0")
@@ -367,8 +409,9 @@ class SlackStandIn:
             delay=delay,
             reset_connection=reset_connection,
             error=error,
-            carried_out=carried_out and reset_connection,
+            carried_out=truncated or (carried_out and (reset_connection or error is not None)),
             then=then,
+            truncated=truncated,
         )
         with self._ws.lock:
             self._ws.faults.setdefault(method, deque()).extend([None] * after + [fault] * times)
@@ -491,7 +534,7 @@ class SlackStandIn:
                 self._record(method, params, 0, {})
                 _reset(handler)
                 return
-            if fault.error is not None or (fault.status >= 300 and not fault.carried_out):
+            if not fault.carried_out and (fault.error is not None or fault.status >= 300):
                 self._answer_fault(handler, method, params, fault)
                 return
         with self._ws.lock:
@@ -504,10 +547,17 @@ class SlackStandIn:
             return
         status, answer = 200, self._call(method, params, handler, token, decode_error)
         if fault is not None and fault.carried_out:
-            self._record(method, params, 0, answer)
             if fault.then is not None:
                 fault.then(params)
-            _reset(handler)
+            if fault.truncated:
+                self._record(method, params, 200, answer)
+                whole = json.dumps(answer).encode()
+                _answer(handler, 200, whole[: len(whole) // 2], "application/json")
+            elif fault.error is not None:
+                self._answer_fault(handler, method, params, fault)
+            else:
+                self._record(method, params, 0, answer)
+                _reset(handler)
             return
         self._record(method, params, status, answer)
         if self.latency:
@@ -535,6 +585,9 @@ class SlackStandIn:
             if decode_error is not None:
                 raise decode_error
             with self._ws.lock:
+                refusal = self._missing_scope(method, params)
+                if refusal is not None:
+                    return refusal
                 return {"ok": True, **webapi.METHODS[method](self._ws, params)}
         except ApiError as exc:
             return {"ok": False, "error": exc.error, **exc.extra}
@@ -542,6 +595,31 @@ class SlackStandIn:
             # A stand-in bug must not pass for a Slack outage (which clients would retry).
             logger.exception("stand-in failed to answer %s", method)
             return {"ok": False, "error": "standin_bug", "detail": repr(exc)}
+
+    def _missing_scope(self, method: str, params: dict[str, Any]) -> dict[str, Any] | None:
+        """Slack's ``missing_scope`` answer when the token lacks the scope the call needs."""
+        granted = self._ws.scopes
+        if granted is None:
+            return None
+
+        def kind_of(channel: str) -> str | None:
+            try:
+                resolved = self._ws.resolve_channel(channel)
+            except ApiError:
+                return None
+            if resolved.startswith("D"):
+                return "dm"
+            return "private" if self._ws.is_private(resolved) else "public"
+
+        needed = standin_scopes.needed_scope(method, params, kind_of)
+        if needed is None or needed in granted:
+            return None
+        return {
+            "ok": False,
+            "error": "missing_scope",
+            "needed": needed,
+            "provided": ",".join(sorted(granted)),
+        }
 
     def _answer_fault(
         self, handler: _Handler, method: str, params: dict[str, Any], fault: Fault
@@ -776,15 +854,30 @@ class SlackStandIn:
         event_id: str | None = None,
         bot_id: str | None = None,
         subtype: str | None = None,
-    ) -> tuple[Message, Response]:
+        files: Sequence[str] = (),
+        raw: bool = False,
+    ) -> tuple[Message, Response | None]:
         """``user_id`` writes ``text`` in ``channel`` (in the thread ``thread_ts`` if given).
 
-        The message is recorded first, then delivered as a ``message`` event. ``bot_id`` makes
-        it another app's message; ``subtype`` sets the event subtype.
+        The message is recorded first, then delivered as a ``message`` event, if the bot is
+        in the channel: Slack sends message events only of conversations the bot is a member
+        of (None is returned for the response then). ``bot_id`` makes it another app's
+        message; ``subtype`` sets the event subtype. ``text`` is what the person types, sent
+        as Slack sends it (see ``message_event``; ``raw=True`` sends it exactly as given), and
+        ``files`` the names of files they attach.
         """
         recorded, event = self.message_event(
-            user_id, channel, text, thread_ts=thread_ts, bot_id=bot_id, subtype=subtype
+            user_id,
+            channel,
+            text,
+            thread_ts=thread_ts,
+            bot_id=bot_id,
+            subtype=subtype,
+            files=files,
+            raw=raw,
         )
+        if not self._ws.bot_is_member(recorded.channel):
+            return recorded, None
         return recorded, self.send_event(event, event_id=event_id)
 
     def message_event(
@@ -796,20 +889,39 @@ class SlackStandIn:
         thread_ts: str | None = None,
         bot_id: str | None = None,
         subtype: str | None = None,
+        files: Sequence[str] = (),
+        raw: bool = False,
     ) -> tuple[Message, dict[str, Any]]:
         """Record ``user_id``'s message as ``post_message`` does and return it with its
         ``message`` event, not delivered (``event_body(event)`` is the body to sign and POST).
+
+        As in Slack, the text the person types is escaped (``&``, ``<``, ``>``) and their
+        mentions and links wrapped (``@alice`` becomes ``<@U0ALICE>``, a URL ``<https://...>``:
+        ``payloads.typed_message``), in the event and in the recorded message; ``raw=True``
+        sends ``text`` exactly as given, for a test that needs a given wire form.
+        ``subtype="thread_broadcast"`` is a reply also sent to the channel (its event carries
+        the thread's parent as ``root``); ``files`` attach files by name, making it a
+        ``file_share`` message unless ``subtype`` says otherwise.
         """
         ws = self._ws
         with ws.lock:
             self._require_user(user_id)
+            if subtype == "thread_broadcast" and not thread_ts:
+                raise StandInError("a thread_broadcast is a reply: give its thread_ts")
+            if raw:
+                wire, blocks = text, payloads.rich_text(text)
+            else:
+                wire, blocks = payloads.typed_message(ws, text)
+            shared = [payloads.file_object(ws, name=name, user=user_id) for name in files]
+            if shared and subtype is None:
+                subtype = "file_share"
             try:
                 resolved = ws.resolve_channel(channel)
                 recorded = webapi.post_message(
                     ws,
                     channel=resolved,
-                    text=text,
-                    blocks=payloads.rich_text(text),
+                    text=wire,
+                    blocks=blocks,
                     thread_ts=thread_ts,
                     user=user_id,
                     bot_id=bot_id,
@@ -824,8 +936,25 @@ class SlackStandIn:
                 channel=resolved,
                 parent_user_id=parent.user if parent else None,
                 subtype=subtype,
+                root=self._thread_root(parent) if parent else None,
+                files=shared or None,
             )
             return copy.deepcopy(recorded), event
+
+    def _thread_root(self, parent: Message) -> dict[str, Any]:
+        """A thread's parent as a ``thread_broadcast`` event carries it (``root``)."""
+        ws = self._ws
+        replies = ws.replies(parent.channel, parent.ts)
+        root = parent.to_slack(ws.team_id)
+        root.update(
+            thread_ts=parent.ts,
+            reply_count=len(replies),
+            reply_users_count=len({r.user for r in replies}),
+            latest_reply=replies[-1].ts if replies else parent.ts,
+            reply_users=list(dict.fromkeys(r.user for r in replies)),
+            is_locked=False,
+        )
+        return root
 
     def send_app_home_opened(self, user_id: str) -> Response:
         """``user_id`` opens the bot's Home tab (the event carries the view last published)."""

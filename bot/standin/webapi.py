@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import parse_qsl
 
+from bot.standin import scopes
 from bot.standin.blockkit import (
     MAX_MESSAGE_BLOCKS,
     MAX_MESSAGE_TEXT,
@@ -219,9 +220,9 @@ def _channel_object(ws: Workspace, channel: str) -> dict[str, Any]:
         "is_channel": kind == "C",
         "is_group": kind == "G",
         "is_im": kind == "D",
-        "is_private": kind in "GD",
+        "is_private": ws.is_private(channel),
         "is_archived": False,
-        "is_member": True,
+        "is_member": ws.bot_is_member(channel),
     }
     if kind == "D":
         user = next((uid for uid in ws.users if ws.dm_channel(uid) == channel), None)
@@ -232,14 +233,38 @@ def _channel_object(ws: Workspace, channel: str) -> dict[str, Any]:
     return shaped
 
 
+def _visible(ws: Workspace, params: dict[str, Any]) -> str:
+    """The conversation named by ``channel`` (an id), if the bot may see it: a private one
+    only when the bot is in it."""
+    channel = ws.resolve_channel(params.get("channel"))
+    if ws.is_private(channel) and not ws.bot_is_member(channel):
+        raise ApiError("channel_not_found")
+    return channel
+
+
 def conversations_info(ws: Workspace, params: dict[str, Any]) -> dict[str, Any]:
     """conversations.info: a minimal channel object."""
-    return {"channel": _channel_object(ws, ws.resolve_channel(params.get("channel")))}
+    return {"channel": _channel_object(ws, _visible(ws, params))}
+
+
+def conversations_join(ws: Workspace, params: dict[str, Any]) -> dict[str, Any]:
+    """conversations.join: the bot joins a public channel (a private one, or a DM, cannot
+    be joined: ``method_not_supported_for_channel_type``)."""
+    channel = ws.resolve_channel(params.get("channel"))
+    if ws.is_private(channel):
+        raise ApiError("method_not_supported_for_channel_type")
+    warning = "already_in_channel" if ws.bot_is_member(channel) else None
+    ws.bot_channels.add(channel)
+    answer: dict[str, Any] = {"channel": _channel_object(ws, channel)}
+    if warning:
+        answer["warning"] = warning
+        answer["response_metadata"] = {"warnings": [warning]}
+    return answer
 
 
 def conversations_members(ws: Workspace, params: dict[str, Any]) -> dict[str, Any]:
     """conversations.members: a page of the channel's members (``limit``, ``cursor``)."""
-    members = ws.members_of(ws.resolve_channel(params.get("channel")))
+    members = ws.members_of(_visible(ws, params))
     limit = max(1, min(int(params.get("limit") or 100), 1000))
     start = int(str(params.get("cursor") or "0").removeprefix("next:"))
     page = members[start : start + limit]
@@ -266,6 +291,7 @@ def conversations_replies(ws: Workspace, params: dict[str, Any]) -> dict[str, An
     parent comes first on every page whatever the window, as Slack lists it.
     """
     channel = ws.resolve_channel(params.get("channel"))
+    ws.require_bot_in(channel)
     parent = ws.find_message(channel, str(params.get("ts", "")))
     if parent is None or parent.deleted:
         raise ApiError("thread_not_found")
@@ -357,6 +383,7 @@ def conversations_history(ws: Workspace, params: dict[str, Any]) -> dict[str, An
     ``include_all_metadata``.
     """
     channel = ws.resolve_channel(params.get("channel"))
+    ws.require_bot_in(channel)
     window = _Window.from_params(params, default_limit=100)
     limit = ws.rate_limits.page_size("conversations.history", window.limit)
     found = sorted(
@@ -445,8 +472,18 @@ def post_as_bot(
 
 
 def chat_post_message(ws: Workspace, params: dict[str, Any]) -> dict[str, Any]:
-    """chat.postMessage: record the bot's message; reply_broadcast is ignored."""
-    channel = ws.resolve_channel(params.get("channel"))
+    """chat.postMessage: record the bot's message; reply_broadcast is ignored.
+
+    The one method that takes a "#name" or a member's id (posting to the bot's DM with
+    them) for ``channel``; it answers with the conversation's id. The bot posts in a
+    private channel only when it is in it (else ``channel_not_found``), in a public one it
+    is not in only with ``chat:write.public`` (else ``not_in_channel``)."""
+    channel = ws.resolve_channel(params.get("channel"), ids_only=False)
+    if not ws.bot_is_member(channel):
+        if ws.is_private(channel):
+            raise ApiError("channel_not_found")
+        if ws.scopes is not None and scopes.POST_ANYWHERE not in ws.scopes:
+            raise ApiError("not_in_channel")
     text, blocks, metadata = _message_content(params, required=True)
     message = post_as_bot(
         ws,
@@ -485,9 +522,12 @@ def replace_message(
 
 
 def chat_update(ws: Workspace, params: dict[str, Any]) -> dict[str, Any]:
-    """chat.update: replace the bot's message; omitted blocks keep the old ones."""
+    """chat.update: replace the bot's message. Omitted blocks are removed, as Slack does
+    now (the message is left with its text): an update that means to keep them sends them."""
     message = _bot_message(ws, params, method="chat.update")
     text, blocks, metadata = _message_content(params, required=True)
+    if blocks is None:
+        blocks = []
     replace_message(message, text=text, blocks=blocks, metadata=metadata, replaced_by="chat.update")
     return {
         "channel": message.channel,
@@ -507,8 +547,10 @@ def chat_delete(ws: Workspace, params: dict[str, Any]) -> dict[str, Any]:
 def chat_post_ephemeral(ws: Workspace, params: dict[str, Any]) -> dict[str, Any]:
     """chat.postEphemeral: record a message only ``user`` sees."""
     channel = ws.resolve_channel(params.get("channel"))
+    if ws.is_private(channel) and not ws.bot_is_member(channel):
+        raise ApiError("channel_not_found")
     user = str(params.get("user", ""))
-    if user not in ws.users:
+    if user not in ws.users or not ws.is_member(channel, user):
         raise ApiError("user_not_in_channel")
     text, blocks, _ = _message_content(params, required=True)
     ts = ws.next_ts()
@@ -718,6 +760,7 @@ METHODS: dict[str, Method] = {
     "chat.update": chat_update,
     "conversations.history": conversations_history,
     "conversations.info": conversations_info,
+    "conversations.join": conversations_join,
     "conversations.members": conversations_members,
     "conversations.open": conversations_open,
     "conversations.replies": conversations_replies,

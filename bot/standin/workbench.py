@@ -450,8 +450,15 @@ def _ephemeral_json(ephemeral: Ephemeral) -> dict[str, Any]:
     }
 
 
-def _bot_answer(response: Response) -> dict[str, Any]:
-    """How the bot answered, in the words Slack's client would use for a failure."""
+def _bot_answer(response: Response | None) -> dict[str, Any]:
+    """How the bot answered, in the words Slack's client would use for a failure (None: the
+    bot was sent nothing, as Slack sends no message events from a channel it is not in)."""
+    if response is None:
+        return {
+            "ok": True,
+            "status": 0,
+            "note": "the app is not in this channel: Slack sent it nothing",
+        }
     answer: dict[str, Any] = {"ok": response.status == 200, "status": response.status}
     if response.timed_out:
         answer["error"] = "the app did not answer within 3 seconds (Slack shows an error)"

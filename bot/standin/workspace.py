@@ -90,7 +90,17 @@ class Workspace:
         self.channel_names: dict[str, str] = dict(channels)
         self.channel_members: dict[str, list[str]] = {}
         """Members of the channels given some (``SlackStandIn.set_channel_members``); any
-        other channel has every member of the workspace, a DM its person and the bot."""
+        other channel has every person of the workspace (and the bot once it joined), a DM
+        its person and the bot."""
+        self.bot_channels: set[str] = set()
+        """Channels the bot is in (it joined, was invited, or a test set it among the
+        members); as in Slack, it is in no channel at first but its DMs."""
+        self.private_channels: set[str] = set()
+        """``C…`` channels that are private (every ``G…`` channel is): the bot cannot join
+        them and sees nothing of them until it is invited."""
+        self.scopes: frozenset[str] | None = None
+        """The bot token's scopes (``SlackStandIn(scopes=...)``): a method needing one it
+        lacks answers ``missing_scope``. None grants every scope."""
         self.messages: list[Message] = []
         self._message_at: dict[tuple[str, str], Message] = {}
         self.ephemerals: list[Ephemeral] = []
@@ -166,13 +176,19 @@ class Workspace:
 
     # Channels and people
 
-    def resolve_channel(self, channel: Any) -> str:
-        """The channel id for a "C…"/"G…"/"D…" id, a "#name", or a member's id (their DM).
+    def resolve_channel(self, channel: Any, *, ids_only: bool = True) -> str:
+        """The conversation id of a "C…"/"G…"/"D…" id; with ``ids_only=False`` (only
+        ``chat.postMessage`` takes more, as in Slack) also of a "#name" or a member's id
+        (their DM with the bot).
 
         Raises ``ApiError("channel_not_found")`` otherwise.
         """
         name = str(channel or "")
         with self.lock:
+            if ids_only:
+                if re.fullmatch(r"[CGD][A-Z0-9]+", name):
+                    return name
+                raise ApiError("channel_not_found")
             if name.startswith("#") and len(name) > 1:
                 for channel_id, known in self.channel_names.items():
                     if known == name[1:]:
@@ -191,14 +207,44 @@ class Workspace:
         return "D" + user[1:]
 
     def members_of(self, channel: str) -> list[str]:
-        """Who is in ``channel`` (see ``channel_members``), sorted."""
+        """Who is in ``channel`` (see ``channel_members`` and ``bot_channels``), sorted."""
         with self.lock:
             if channel in self.channel_members:
-                return sorted(self.channel_members[channel])
-            if channel.startswith("D"):
+                members = set(self.channel_members[channel])
+            elif channel.startswith("D"):
                 person = next((u for u in self.users if self.dm_channel(u) == channel), None)
                 return sorted({self.bot_user_id, *([person] if person else [])})
-            return sorted(self.users)
+            else:
+                members = set(self.users) - {self.bot_user_id}
+            members.discard(self.bot_user_id)
+            if channel in self.bot_channels:
+                members.add(self.bot_user_id)
+            return sorted(members)
+
+    def is_private(self, channel: str) -> bool:
+        """Is ``channel`` a private channel (or a DM)?"""
+        with self.lock:
+            return channel[:1] in ("G", "D") or channel in self.private_channels
+
+    def bot_is_member(self, channel: str) -> bool:
+        """Is the bot in ``channel``? (Always in its DMs.)"""
+        with self.lock:
+            return channel.startswith("D") or channel in self.bot_channels
+
+    def is_member(self, channel: str, user: str) -> bool:
+        """Is ``user`` (a person or the bot) in ``channel``?"""
+        with self.lock:
+            if user == self.bot_user_id:
+                return self.bot_is_member(channel)
+            return user in self.members_of(channel)
+
+    def require_bot_in(self, channel: str) -> None:
+        """Raise what Slack answers the bot for a conversation it is not in: a private one
+        is ``channel_not_found`` (the bot cannot see it), a public one ``not_in_channel``."""
+        with self.lock:
+            if self.bot_is_member(channel):
+                return
+            raise ApiError("channel_not_found" if self.is_private(channel) else "not_in_channel")
 
     def channel_name(self, channel: str) -> str:
         """A channel's name: the configured one, or the id lower-cased."""

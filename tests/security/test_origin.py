@@ -12,14 +12,18 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from redis import Redis
 
 from bot.blockkit import ids
 from bot.blockkit.ids import home_actions_block_id
 from bot.keys import BotKeys
 from bot.standin import Message
+from handlers import origin
 from handlers.decisions import NOT_SHOWN_HERE
+from handlers.deps import HandlerDeps
 from handlers.modals import NOT_OPENED_FOR_YOU
+from store.decoding import as_text
 from store.keys import KeySpace
 from store.models import Status
 from tests.support.security_harness import (
@@ -30,6 +34,7 @@ from tests.support.security_harness import (
     wait_quiet,
 )
 from tests.support.slack_env import ADMIN, ALICE, BOB, CAROL, CHANNEL, SlackEnv, wait_for
+from worker.client import Handoffs
 
 ONCALL = "C0SECONCALL"
 ELSEWHERE = "C0SECOTHER"
@@ -226,3 +231,27 @@ def test_a_modal_decides_only_what_it_was_opened_for_by_whom_it_was_opened_for(
     slack.standin.submit_view(CAROL, carols_modal, {ids.REASON_BLOCK: {ids.VALUE: "no"}})
     handoff = slack.handoffs.get(escalated_id)
     assert (handoff.status, handoff.resume_data.decided_by) == (Status.REJECTED, CAROL)
+
+
+def test_ephemeral_replies_remember_a_day_of_shown_handoffs_and_no_more(
+    redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Found by the break-it review: every `/handoff show` added to a set whose expiry each
+    # show renewed, so a person who looked at one handoff a day kept every id for good.
+    store = Handoffs(redis).store
+    deps = HandlerDeps(store=store, reviewers=None)  # type: ignore[arg-type]
+    agent = Handoffs(redis)
+    shown = [agent.ask(run_id="run-e", thread_id="t", question=f"q{n}?") for n in range(3)]
+    day_ms = origin.EPHEMERAL_SHOWN_SECONDS * 1000
+    start = origin._ms_now()
+    for day, handoff in enumerate(shown):
+        # Shown every 18 hours: by the third, the first is more than a day old.
+        monkeypatch.setattr(origin, "_ms_now", lambda day=day: start + day * day_ms * 3 // 4)
+        origin.remember_ephemeral(deps, ALICE, handoff.id)
+
+    key = BotKeys(store.keys).ephemeral_shown(ALICE)
+    assert [as_text(m) for m in redis.zrange(key, 0, -1)] == [shown[1].id, shown[2].id]
+    here = origin.Origin("ephemeral")
+    assert not origin.shows_handoff(deps, shown[0], here, ALICE)
+    assert origin.shows_handoff(deps, shown[2], here, ALICE)
+    assert 0 < redis.ttl(key) <= origin.EPHEMERAL_SHOWN_SECONDS

@@ -34,7 +34,7 @@ from bot.queries.listings import ListFilter, Listing, ListKind
 from bot.queries.stats import Stats
 from store.exceptions import InvalidHandoffRequest
 from store.keys import KeySpace
-from store.models import Handoff
+from store.models import Handoff, Status
 from tests.support.blockkit import CREATED, approval, make_handoff
 from tests.support.slack_env import SlackEnv, wait_for
 
@@ -111,7 +111,7 @@ def routing_fields(draw: st.DrawFn, *, ids_often: bool = True) -> dict[str, Any]
         return _often(valid) if ids_often else valid | _anything
 
     return {
-        "channel": draw(st.none() | field(_channel_ids)),
+        "channel": draw(st.none() | field(_channel_ids | _user_ids)),
         "reviewers": draw(st.lists(field(_user_ids | _group_ids), max_size=3)),
         "escalate_to": draw(st.none() | field(_channel_ids | _group_ids)),
         "requester": draw(st.none() | field(_user_ids)),
@@ -123,7 +123,8 @@ def _all_ids(routing: dict[str, Any]) -> bool:
     its kind (an empty channel is the client's default channel; a requester is any name)."""
     channel, target = routing["channel"], routing["escalate_to"]
     return (
-        (not channel or CHANNEL_ID.fullmatch(channel) is not None)
+        # A person's id is a destination too: the handoff is posted in their DM.
+        (not channel or bool(CHANNEL_ID.fullmatch(channel) or USER_ID.fullmatch(channel)))
         and all(USER_ID.fullmatch(r) or GROUP_ID.fullmatch(r) for r in routing["reviewers"])
         and (target is None or bool(CHANNEL_ID.fullmatch(target) or GROUP_ID.fullmatch(target)))
     )
@@ -174,6 +175,12 @@ def test_a_handoff_is_refused_unless_routed_to_ids_and_posts_no_mention_or_link(
 ) -> None:
     options: dict[str, Any] = {k: v for k, v in routing.items() if v is not None}
     options.update(remind_after=0.05, max_reminders=1)
+    # A private channel takes the bot's posts only once it was invited there, as in Slack;
+    # a person's DM only if they are a member (the others end undeliverable: no post).
+    for channel in (routing["channel"], routing["escalate_to"]):
+        if channel and channel.startswith("G"):
+            slack.standin.invite_bot(channel)
+    reachable = (routing["channel"] or "C")[:1] not in ("U", "W")
     if routing["escalate_to"] is not None:
         options["escalate_after"] = 0.05
     try:
@@ -192,12 +199,20 @@ def test_a_handoff_is_refused_unless_routed_to_ids_and_posts_no_mention_or_link(
     assert _all_ids(routing), f"created a handoff routed to {routing}"
     event("created and posted" + " and escalated" * (routing["escalate_to"] is not None))
     try:
+        if not reachable:
+            # Nobody of that id in the stand-in's workspace: conversations.open refuses it.
+            closed = slack.handoffs.wait(handoff.id, timeout=20)
+            assert closed.status is Status.UNDELIVERABLE
+            assert closed.resume_data is not None
+            assert "user_not_found" in (closed.resume_data.comment or "")
+            return
         settled = _settled(slack, handoff.id, escalates=routing["escalate_to"] is not None)
         for message in _posted_messages(slack, settled):
             assert_no_injection(f"message {message.ts}", message.text, message.blocks)
     finally:
         # Pending handoffs of no reviewer are their channel's: leave none to the other tests.
-        slack.handoffs.cancel(handoff.id, by="agent")
+        if slack.handoffs.get(handoff.id).is_pending:
+            slack.handoffs.cancel(handoff.id, by="agent")
 
 
 # -- stored before the check, and rendered on every surface -------------------------------

@@ -110,7 +110,7 @@ def test_the_app_in_process_at_debug_level_never_logs_a_secret(
     caplog.set_level(logging.DEBUG)
     slack.standin.fail_next("views.open", error="invalid_auth")
     assert bot.post(reject).status == 200
-    slack.standin.fail_next("views.open", reset_connection=True, times=3)
+    slack.standin.fail_next("views.open", reset_connection=True)
     assert bot.post(edit).status == 200  # the person is told to click again
     assert bot.post(approve, headers={"X-Slack-Signature": "v0=" + "2" * 64}).status == 401
     assert bot.post(b"payload=%5B" * 3).status == 400
@@ -119,7 +119,8 @@ def test_the_app_in_process_at_debug_level_never_logs_a_secret(
     logged = caplog.text + "".join(capfd.readouterr())
     assert "invalid_auth" in logged and "Sending a request" in logged
     assert _leaks(logged) == []
-    assert [c.http_status for c in slack.standin.calls("views.open")][-3:] == [0, 0, 0]
+    # The reset call is not repeated while Slack waits for the click's answer.
+    assert [c.http_status for c in slack.standin.calls("views.open")][-2:] == [200, 0]
 
 
 def test_socket_mode_failing_to_connect_never_logs_the_app_token(

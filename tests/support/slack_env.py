@@ -20,6 +20,7 @@ from redis import Redis
 from bot.standin import Ephemeral, SlackStandIn, StandInUser
 from store.models import Handoff
 from tests.conftest import ROOT, wait_until
+from tests.support.manifest import bot_scopes
 from worker.client import Handoffs
 
 SIGNING_SECRET = "e2e-signing-secret-0123456789abcdef"
@@ -72,6 +73,8 @@ class SlackEnv:
             bot_token=BOT_TOKEN,
             users=[*USERS, *extra_users],
             usergroups={**USERGROUPS, **(extra_usergroups or {})},
+            # What an installed app gets: no call may use a scope the manifest lacks.
+            scopes=bot_scopes(),
         )
         self.port = free_port()
         """The port of the first `handoff serve` (the stand-in's ``bot_url``)."""

@@ -200,7 +200,7 @@ class RequestDefaults(BaseModel):
 def _check_routing(channel: str | None, reviewers: Sequence[str]) -> None:
     # Refused when the adapter is set up, not at the run's first pause (the request model
     # checks them again there). Defaults read back from a handoff's metadata are not checked.
-    if channel and (problem := slack_ids.CHANNEL.refusal(channel)):
+    if channel and (problem := slack_ids.DESTINATION.refusal(channel)):
         raise InvalidHandoffRequest(f"invalid handoff options: channel: {problem}")
     if problem := slack_ids.REVIEWER.first_refusal(reviewers):
         raise InvalidHandoffRequest(f"invalid handoff options: reviewers: {problem}")

@@ -1,0 +1,140 @@
+"""Where the bot posts, against a stand-in as strict as Slack about it (real `handoff serve`
+and `handoff worker` processes): the bot joins a public channel before posting there (Slack
+sends thread answers and lets it read only where it is a member), a private channel it was
+not invited to ends the handoff undeliverable with what to do, and a handoff routed to a
+person is posted, looked up, updated and reassigned in their DM by its conversation id."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from redis import Redis
+
+from bot.blockkit import ids
+from store.models import Status, TaskState
+from tests.support import resume_targets
+from tests.support.slack_env import ADMIN, ALICE, BOB, CHANNEL, SlackEnv, running_slack, wait_for
+
+OTHER = "C0OTHERTEAM"
+PRIVATE = "G0FINANCE"
+
+
+@pytest.fixture
+def slack(redis: Redis, redis_url: str, tmp_path: Path) -> Iterator[SlackEnv]:
+    yield from running_slack(redis, redis_url, tmp_path)
+
+
+def _resumed(slack: SlackEnv, handoff_id: str) -> dict:
+    wait_for(lambda: slack.handoffs.get(handoff_id).resume.state is TaskState.COMPLETED)
+    entries = [json.loads(raw) for raw in slack.redis.lrange(resume_targets.COMPLETED, 0, -1)]
+    [entry] = [e for e in entries if e["handoff_id"] == handoff_id]
+    return entry
+
+
+def _live_posts(slack: SlackEnv, channel: str, handoff_id: str) -> list:
+    """Top-level messages of the handoff in ``channel`` that still carry buttons."""
+    return [
+        m
+        for m in slack.standin.messages(channel)
+        if m.thread_ts is None
+        and (m.metadata or {}).get("event_payload", {}).get("handoff_id") == handoff_id
+        and any(b.get("type") == "actions" for b in m.blocks)
+    ]
+
+
+def test_an_answer_in_a_public_channel_the_bot_had_not_joined_arrives(slack: SlackEnv) -> None:
+    assert CHANNEL not in slack.standin.bot_channels()
+    question = slack.region_question(
+        run_id="run-join", resume="tests.support.resume_targets:record"
+    )
+    message = slack.posted(question.id)
+
+    assert CHANNEL in slack.standin.bot_channels()  # it joined before posting
+    _, heard = slack.standin.post_message(ALICE, CHANNEL, "eu-west-1", thread_ts=message.ts)
+
+    assert heard is not None and heard.status == 200
+    assert _resumed(slack, question.id)["resume_data"]["answer"] == "eu-west-1"
+
+
+def test_a_reassignment_to_a_channel_the_bot_is_not_in_posts_once_and_links_the_new_message(
+    slack: SlackEnv,
+) -> None:
+    question = slack.region_question(
+        run_id="run-move", resume="tests.support.resume_targets:record"
+    )
+    old = slack.posted(question.id)
+
+    reply = slack.command(ADMIN, f"reassign {question.id} <#{OTHER}|other>")
+    assert "Reassigned" in reply.text
+    wait_for(lambda: slack.handoffs.get(question.id).message_refs.get("channel") == OTHER)
+
+    refs = slack.handoffs.get(question.id).message_refs
+    [new] = _live_posts(slack, OTHER, question.id)
+    assert refs["ts"] == new.ts
+    assert _live_posts(slack, CHANNEL, question.id) == []  # the old one points to the new one
+    assert old.ts in [c["ts"] for c in refs["copies"]]
+    # It is a conversation the bot is in now: an answer in the new thread is heard.
+    _, heard = slack.standin.post_message(BOB, OTHER, "us-east-1", thread_ts=new.ts)
+    assert heard is not None
+    assert _resumed(slack, question.id)["resume_data"]["answer"] == "us-east-1"
+
+
+def test_a_post_whose_answer_was_lost_in_a_channel_not_joined_before_is_found_not_repeated(
+    slack: SlackEnv,
+) -> None:
+    # Slack posts, then the answer is lost: the worker must read the channel to find it.
+    slack.standin.fail_next("chat.postMessage", reset_connection=True, carried_out=True)
+    handoff_id = slack.refund_approval()
+
+    wait_for(lambda: slack.handoffs.get(handoff_id).delivery.state is TaskState.COMPLETED)
+    [only] = _live_posts(slack, CHANNEL, handoff_id)
+    assert slack.handoffs.get(handoff_id).message_refs["ts"] == only.ts
+
+
+def test_a_private_channel_the_bot_was_not_invited_to_ends_undeliverable_saying_so(
+    slack: SlackEnv,
+) -> None:
+    handoff_id = slack.refund_approval(channel=PRIVATE)
+
+    waited = slack.handoffs.wait(handoff_id, timeout=15)
+
+    assert waited.status is Status.UNDELIVERABLE
+    comment = waited.resume_data.comment if waited.resume_data else ""
+    assert "channel_not_found" in comment
+    assert f"invite the bot to it (/invite @{slack.standin.bot_name}" in comment
+    # Once invited, the same request is delivered.
+    slack.standin.invite_bot(PRIVATE)
+    again = slack.refund_approval(channel=PRIVATE, run_id="run-again")
+    assert slack.posted(again).channel == PRIVATE
+
+
+def test_a_handoff_routed_to_a_person_is_posted_updated_and_reassigned_in_their_dm(
+    slack: SlackEnv,
+) -> None:
+    dm = "D" + ALICE[1:]
+    # The first post lands but its answer is lost: found again by reading the DM (by its
+    # conversation id: Slack's history takes no user id).
+    slack.standin.fail_next("chat.postMessage", reset_connection=True, carried_out=True)
+    decided = slack.refund_approval(channel=ALICE, reviewers=[ALICE])
+    wait_for(lambda: slack.handoffs.get(decided).delivery.state is TaskState.COMPLETED)
+    refs = slack.handoffs.get(decided).message_refs
+    [posted] = _live_posts(slack, dm, decided)
+    assert (refs["channel"], refs["ts"]) == (dm, posted.ts)
+
+    # Decided there, its message is updated (chat.update takes the DM's id only).
+    slack.standin.click(ALICE, posted, ids.APPROVE)
+    assert _resumed(slack, decided)["status"] == "approved"
+    wait_for(lambda: not _live_posts(slack, dm, decided))
+    # Another one, reassigned elsewhere: the DM's message then points there.
+    moved = slack.refund_approval(channel=ALICE, reviewers=[ALICE], run_id="run-moved")
+    slack.posted(moved)
+    slack.command(ADMIN, f"reassign {moved} <#{OTHER}|other>")
+    wait_for(lambda: slack.handoffs.get(moved).message_refs.get("channel") == OTHER)
+    wait_for(lambda: not _live_posts(slack, dm, moved))
+    assert len(_live_posts(slack, OTHER, moved)) == 1
+    updates = slack.standin.calls("chat.update")
+    assert updates and all(c.params.get("channel") != ALICE for c in updates)
+    assert [c.response.get("error") for c in updates if not c.response.get("ok")] == []
