@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
 import yaml
 
 from bot.config import Settings
+from bot.standin import scopes as standin_scopes
 from tests.conftest import ROOT
 
 
@@ -50,3 +53,36 @@ def test_manifest_declares_the_slash_command_and_the_app_home() -> None:
     assert "commands" in manifest["oauth_config"]["scopes"]["bot"]
     assert manifest["features"]["app_home"]["home_tab_enabled"] is True
     assert "app_home_opened" in manifest["settings"]["event_subscriptions"]["bot_events"]
+
+
+_CALL = re.compile(r"\.((?:auth|chat|conversations|users|usergroups|views)_[A-Za-z_]+)\(")
+"""A Web API call in the code, as slack_sdk names its methods (``chat_postMessage``)."""
+_KINDS = ("channels", "groups", "im")
+"""The conversations a handoff is posted in, and so read: public, private, DMs."""
+
+
+def _methods_the_bot_calls() -> set[str]:
+    sources = [
+        path
+        for package in ("bot", "handlers", "worker")
+        for path in (ROOT / package).rglob("*.py")
+        if "standin" not in path.parts  # the stand-in answers the calls; it makes none
+    ]
+    return {name.replace("_", ".") for path in sources for name in _CALL.findall(path.read_text())}
+
+
+def test_every_method_the_bot_calls_has_its_scope_in_the_manifest() -> None:
+    called = _methods_the_bot_calls()
+    granted = set(_manifest()["oauth_config"]["scopes"]["bot"])
+    # The scan finds what it should (a method the stand-in does not know would pass unseen).
+    assert {"chat.postMessage", "conversations.join", "conversations.open", "views.open"} <= called
+    for method in sorted(called):
+        assert method in standin_scopes.SCOPES, f"the stand-in does not answer {method}"
+        needed = standin_scopes.SCOPES[method]
+        if needed is None:
+            continue
+        wanted = [needed.format(kind=kind) for kind in _KINDS] if "{kind}" in needed else [needed]
+        missing = [scope for scope in wanted if scope not in granted]
+        assert missing == [], f"{method} needs {missing}, which manifest.yml does not grant"
+    # chat.postMessage in a public channel the bot has not joined yet.
+    assert standin_scopes.POST_ANYWHERE in granted

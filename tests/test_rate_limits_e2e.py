@@ -75,6 +75,14 @@ def _events(env: SlackEnv, handoff_id: str) -> list[str]:
     return [event.event for event in env.handoffs.store.audit_trail(handoff_id)]
 
 
+def _handoff_of(message: Message) -> str | None:
+    """The handoff a top-level message of the bot was posted for, from its metadata."""
+    metadata = message.metadata or {}
+    if metadata.get("event_type") != METADATA_EVENT_TYPE:
+        return None
+    return (metadata.get("event_payload") or {}).get("handoff_id")
+
+
 def _resume_started_at(env: SlackEnv, handoff_id: str) -> float | None:
     for raw in env.redis.lrange(resume_targets.STARTED, 0, -1):
         entry = json.loads(raw)
@@ -205,3 +213,29 @@ def test_look_ups_of_every_worker_share_one_budget_and_wait_their_turn_off_the_w
         "look-ups beyond the budget were put off until their call"
     )
     assert len(slack.standin.calls("chat.postMessage")) == 6, "each lost post found"
+
+
+def test_a_burst_past_every_tier_ends_with_each_handoff_posted_decided_and_shown_once(
+    limited_slack: SlackEnv,
+) -> None:
+    env = limited_slack
+    # Every method at its tier, on a tenth of Slack's minute: the burst below passes
+    # chat.postMessage's ten per channel many times over, and each 429 puts a task off.
+    env.standin.limit_by_tier(time_scale=0.1)
+    created = [env.refund_approval(run_id=f"run-burst-{n}") for n in range(30)]
+
+    for handoff_id in created:
+        wait_until(lambda h=handoff_id: env.handoffs.get(h).message_refs.get("ts"), timeout=60)
+    for handoff_id in created:
+        env.handoffs.decide(handoff_id, "approved", by=ADMIN)
+    for handoff_id in created:
+        wait_until(
+            lambda h=handoff_id: env.handoffs.get(h).notify.state is TaskState.COMPLETED,
+            timeout=60,
+        )
+
+    assert env.standin.refused_by_limits().get("chat.postMessage", 0) > 0
+    posts = [m for m in env.standin.messages() if m.thread_ts is None]
+    assert sorted(_handoff_of(m) for m in posts) == sorted(created), "each posted once"
+    assert all(not any(b.get("type") == "actions" for b in m.blocks) for m in posts)
+    assert all("delivery_failed" not in _events(env, h) for h in created)

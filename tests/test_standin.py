@@ -1354,3 +1354,26 @@ def test_a_call_needing_a_scope_the_token_lacks_is_refused_with_missing_scope() 
         )
         standin.invite_bot("C0X")
         assert client.chat_postMessage(channel="C0X", text="x")["ok"]
+
+
+def test_limit_by_tier_plays_each_methods_tier_and_posts_per_channel(
+    standin: SlackStandIn, client: WebClient
+) -> None:
+    quick = WebClient(token=standin.bot_token, base_url=standin.api_url, timeout=5)
+    standin.limit_by_tier(time_scale=0.5)  # Slack's minute in 30 s: nothing frees up here
+
+    ts = quick.chat_postMessage(channel="C0APPROVALS", text="x")["ts"]
+    for _ in range(50):  # chat.update is tier 3: fifty a minute
+        quick.chat_update(channel="C0APPROVALS", ts=ts, text="y")
+    refused = _error(lambda: quick.chat_update(channel="C0APPROVALS", ts=ts, text="z"))
+    assert refused["error"] == "ratelimited"
+    # chat.postMessage: ten at once per channel, and another channel has its own.
+    for _ in range(9):
+        quick.chat_postMessage(channel="C0APPROVALS", text="x")
+    assert _error(lambda: quick.chat_postMessage(channel="C0APPROVALS", text="x"))["error"] == (
+        "ratelimited"
+    )
+    assert quick.chat_postMessage(channel="C0OTHER", text="x")["ok"]
+    # A tier-4 method is not touched by the others' calls.
+    assert quick.views_publish(user_id="U0ALICE", view={"type": "home", "blocks": []})["ok"]
+    assert standin.refused_by_limits() == {"chat.update": 1, "chat.postMessage": 1}

@@ -1,6 +1,7 @@
 """A local Slack stand-in: the Web API the bot calls, and people clicking what the bot posted.
 
-Used by the tests and by ``handoff dev``. See ``SlackStandIn`` for an example.
+Used by the tests and by ``handoff dev``. See ``SlackStandIn`` for an example, and
+``README.md`` beside this file for which of Slack's behaviours it plays and which it does not.
 """
 
 from bot.standin.records import (

@@ -445,6 +445,16 @@ class SlackStandIn:
                 page_size=rate_limits.NON_MARKETPLACE_PAGE_SIZE,
             )
 
+    def limit_by_tier(self, *, time_scale: float = 1.0) -> None:
+        """Slack's per-method rate limits: each method's tier (calls a minute: tier 1 one,
+        tier 2 twenty, tier 3 fifty, tier 4 a hundred), and ``chat.postMessage`` about one a
+        second per channel with bursts of ten. ``time_scale`` shrinks the minute. Combine
+        with ``limit_like_slack`` (called after) for the non-Marketplace history limits."""
+        if time_scale <= 0:
+            raise ValueError("time_scale must be positive")
+        with self._ws.lock:
+            self._ws.rate_limits.set_tiers(time_scale=time_scale)
+
     def refused_by_limits(self) -> dict[str, int]:
         """How many calls of each method the rate limits answered 429 so far."""
         with self._ws.lock:
@@ -538,7 +548,9 @@ class SlackStandIn:
                 self._answer_fault(handler, method, params, fault)
                 return
         with self._ws.lock:
-            limited = self._ws.rate_limits.admit(method, time.time())
+            limited = self._ws.rate_limits.admit(
+                method, time.time(), str(params.get("channel") or "")
+            )
         if limited is not None:
             limit = Fault(
                 status=429, retry_after=limited, delay=0.0, reset_connection=False, error=None
