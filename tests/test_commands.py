@@ -51,13 +51,6 @@ def _buttons(blocks: list[dict]) -> set[str]:
     return found
 
 
-def _resumed(slack: SlackEnv, handoff_id: str) -> dict:
-    wait_for(lambda: slack.handoffs.get(handoff_id).resume.state is TaskState.COMPLETED)
-    entries = [json.loads(raw) for raw in slack.redis.lrange(resume_targets.COMPLETED, 0, -1)]
-    [entry] = [e for e in entries if e["handoff_id"] == handoff_id]
-    return entry
-
-
 def _events(slack: SlackEnv, handoff_id: str) -> list[tuple[str, str]]:
     return [(e.event, e.actor) for e in slack.handoffs.audit(handoff_id)]
 
@@ -231,7 +224,7 @@ def test_an_admin_approves_from_the_details_of_handoff_show(slack: SlackEnv) -> 
 
     assert slack.standin.click(ADMIN, detail, ids.APPROVE).status == 200
 
-    assert _resumed(slack, handoff_id)["resume_data"]["decided_by"] == ADMIN
+    assert slack.resumed(handoff_id)["resume_data"]["decided_by"] == ADMIN
     assert slack.handoffs.get(handoff_id).status is Status.APPROVED
 
 
@@ -302,7 +295,7 @@ def test_show_gives_the_record_decision_and_audit_trail(slack: SlackEnv) -> None
     # A pending handoff keeps the channel message's buttons (same listeners).
     assert {ids.APPROVE, ids.REJECT, ids.EDIT} <= _buttons(pending.blocks)
     slack.standin.click(ALICE, slack.posted(handoff_id), ids.APPROVE)
-    _resumed(slack, handoff_id)
+    slack.resumed(handoff_id)
     shown = _text(slack.command(ADMIN, f"show {handoff_id}"))
     for expected in ("approved", "run-refund", "Audit trail", "*decided*", "*resumed*"):
         assert expected in shown
@@ -320,7 +313,7 @@ def test_cancel_resumes_the_run_with_cancelled_and_audits_the_admin(slack: Slack
     assert handoff.resume_data.decided_by == ADMIN
     assert handoff.resume_data.comment == "agent retried with another order"
     assert handoff.resume_data.via == "slash_command"
-    assert _resumed(slack, handoff_id)["status"] == "cancelled"
+    assert slack.resumed(handoff_id)["status"] == "cancelled"
     assert ("cancelled", ADMIN) in _events(slack, handoff_id)
     wait_for(lambda: slack.handoffs.get(handoff_id).notify.state is TaskState.COMPLETED)
     assert _buttons(slack.standin.message(message.channel, message.ts).blocks) == set()
@@ -332,7 +325,7 @@ def test_expire_resumes_the_run_with_expired_and_audits_the_admin(slack: SlackEn
     handoff_id = slack.refund_approval()
     assert "Expired" in _text(slack.command(ADMIN, f"expire {handoff_id}"))
     assert slack.handoffs.get(handoff_id).status is Status.EXPIRED
-    assert _resumed(slack, handoff_id)["status"] == "expired"
+    assert slack.resumed(handoff_id)["status"] == "expired"
     assert ("expired", ADMIN) in _events(slack, handoff_id)
 
 
@@ -350,7 +343,7 @@ def test_reassign_reposts_points_the_old_message_there_and_decides_once(slack: S
     slack.standin.click(ALICE, new, ids.APPROVE)
     slack.standin.click(BOB, old, ids.APPROVE)  # a screen still showing the old message
     assert slack.handoffs.get(handoff_id).resume_data.decided_by == ALICE
-    assert _resumed(slack, handoff_id)["status"] == "approved"
+    assert slack.resumed(handoff_id)["status"] == "approved"
     decided = [e for e, _ in _events(slack, handoff_id) if e == "decided"]
     assert decided == ["decided"]
 
@@ -382,6 +375,6 @@ def test_retry_reruns_a_resume_that_failed_after_its_retries(
     slack.redis.delete(resume_targets.FAIL_FLAG)
     reply = slack.command(ADMIN, f"retry {handoff_id}")
     assert "queued for another round" in _text(reply)
-    assert _resumed(slack, handoff_id)["status"] == "approved"
+    assert slack.resumed(handoff_id)["status"] == "approved"
     assert ("resume_retry_requested", ADMIN) in _events(slack, handoff_id)
     assert "only failed work can be retried" in _text(slack.command(ADMIN, f"retry {handoff_id}"))

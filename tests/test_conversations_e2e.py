@@ -6,7 +6,6 @@ person is posted, looked up, updated and reassigned in their DM by its conversat
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +14,6 @@ from redis import Redis
 
 from bot.blockkit import ids
 from store.models import Status, TaskState
-from tests.support import resume_targets
 from tests.support.slack_env import ADMIN, ALICE, BOB, CHANNEL, SlackEnv, running_slack, wait_for
 
 OTHER = "C0OTHERTEAM"
@@ -25,13 +23,6 @@ PRIVATE = "G0FINANCE"
 @pytest.fixture
 def slack(redis: Redis, redis_url: str, tmp_path: Path) -> Iterator[SlackEnv]:
     yield from running_slack(redis, redis_url, tmp_path)
-
-
-def _resumed(slack: SlackEnv, handoff_id: str) -> dict:
-    wait_for(lambda: slack.handoffs.get(handoff_id).resume.state is TaskState.COMPLETED)
-    entries = [json.loads(raw) for raw in slack.redis.lrange(resume_targets.COMPLETED, 0, -1)]
-    [entry] = [e for e in entries if e["handoff_id"] == handoff_id]
-    return entry
 
 
 def _live_posts(slack: SlackEnv, channel: str, handoff_id: str) -> list:
@@ -56,7 +47,7 @@ def test_an_answer_in_a_public_channel_the_bot_had_not_joined_arrives(slack: Sla
     _, heard = slack.standin.post_message(ALICE, CHANNEL, "eu-west-1", thread_ts=message.ts)
 
     assert heard is not None and heard.status == 200
-    assert _resumed(slack, question.id)["resume_data"]["answer"] == "eu-west-1"
+    assert slack.resumed(question.id)["resume_data"]["answer"] == "eu-west-1"
 
 
 def test_a_reassignment_to_a_channel_the_bot_is_not_in_posts_once_and_links_the_new_message(
@@ -79,7 +70,7 @@ def test_a_reassignment_to_a_channel_the_bot_is_not_in_posts_once_and_links_the_
     # It is a conversation the bot is in now: an answer in the new thread is heard.
     _, heard = slack.standin.post_message(BOB, OTHER, "us-east-1", thread_ts=new.ts)
     assert heard is not None
-    assert _resumed(slack, question.id)["resume_data"]["answer"] == "us-east-1"
+    assert slack.resumed(question.id)["resume_data"]["answer"] == "us-east-1"
 
 
 def test_a_post_whose_answer_was_lost_in_a_channel_not_joined_before_is_found_not_repeated(
@@ -126,7 +117,7 @@ def test_a_handoff_routed_to_a_person_is_posted_updated_and_reassigned_in_their_
 
     # Decided there, its message is updated (chat.update takes the DM's id only).
     slack.standin.click(ALICE, posted, ids.APPROVE)
-    assert _resumed(slack, decided)["status"] == "approved"
+    assert slack.resumed(decided)["status"] == "approved"
     wait_for(lambda: not _live_posts(slack, dm, decided))
     # Another one, reassigned elsewhere: the DM's message then points there.
     moved = slack.refund_approval(channel=ALICE, reviewers=[ALICE], run_id="run-moved")

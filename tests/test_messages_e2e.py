@@ -14,7 +14,7 @@ from redis import Redis
 
 from handlers.messages import FILE_ALONE
 from store.models import Status, TaskState
-from tests.support import resume_targets, slack_env
+from tests.support import slack_env
 from tests.support.slack_env import ALICE, BOB, CHANNEL, SlackEnv, wait_for
 
 WIRE = "Tom &amp; Jerry &lt;3 <@U0BOB>"
@@ -42,10 +42,7 @@ def _ask(slack: SlackEnv, run_id: str):
 
 
 def _resumed_answer(slack: SlackEnv, handoff_id: str) -> str:
-    wait_for(lambda: slack.handoffs.get(handoff_id).resume.state is TaskState.COMPLETED)
-    runs = [json.loads(raw) for raw in slack.redis.lrange(resume_targets.COMPLETED, 0, -1)]
-    [run] = [r for r in runs if r["handoff_id"] == handoff_id]
-    return str(run["resume_data"]["answer"])
+    return str(slack.resumed(handoff_id)["resume_data"]["answer"])
 
 
 def _shown_after_decision(slack: SlackEnv, handoff_id: str) -> str:

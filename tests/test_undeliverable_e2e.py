@@ -13,7 +13,6 @@ from slack_sdk import WebClient
 
 from bot.blockkit import ids
 from store.models import Status, TaskState
-from tests.support import resume_targets
 from tests.support.slack_env import (
     ADMIN,
     ALICE,
@@ -30,13 +29,6 @@ OTHER = "C0OTHERTEAM"
 @pytest.fixture
 def slack(redis: Redis, redis_url: str, tmp_path: Path) -> Iterator[SlackEnv]:
     yield from running_slack(redis, redis_url, tmp_path)
-
-
-def _resumed(slack: SlackEnv, handoff_id: str) -> dict:
-    wait_for(lambda: slack.handoffs.get(handoff_id).resume.state is TaskState.COMPLETED)
-    entries = [json.loads(raw) for raw in slack.redis.lrange(resume_targets.COMPLETED, 0, -1)]
-    [entry] = [e for e in entries if e["handoff_id"] == handoff_id]
-    return entry
 
 
 def _posts(slack: SlackEnv, channel: str) -> list:
@@ -62,7 +54,7 @@ def test_an_archived_channel_ends_the_handoff_undeliverable_and_the_run_is_told(
     handoff_id = slack.refund_approval()
 
     waited = slack.handoffs.wait(handoff_id, timeout=15)  # a blocking agent is woken too
-    resumed = _resumed(slack, handoff_id)
+    resumed = slack.resumed(handoff_id)
 
     assert waited.status is Status.UNDELIVERABLE
     assert resumed["status"] == "undeliverable"
@@ -121,7 +113,7 @@ def test_a_transient_slack_error_is_still_retried_and_then_delivered(slack: Slac
     assert handoff.delivery.state is TaskState.COMPLETED
     assert ids.APPROVE in _buttons(message.blocks)
     slack.standin.click(ALICE, message, ids.APPROVE)
-    assert _resumed(slack, handoff_id)["status"] == "approved"
+    assert slack.resumed(handoff_id)["status"] == "approved"
 
 
 def test_a_reassignment_after_the_old_message_was_deleted_links_the_new_one(
@@ -143,7 +135,7 @@ def test_a_reassignment_after_the_old_message_was_deleted_links_the_new_one(
     assert ids.APPROVE in _buttons(new.blocks)
 
     slack.standin.click(ALICE, new, ids.APPROVE)
-    assert _resumed(slack, handoff_id)["status"] == "approved"
+    assert slack.resumed(handoff_id)["status"] == "approved"
     assert slack.handoffs.get(handoff_id).resume_data.decided_by == ALICE
     # The decision is shown on the new message, though the old one is gone.
     wait_for(lambda: slack.handoffs.get(handoff_id).notify.state is TaskState.COMPLETED)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -18,8 +19,9 @@ from typing import Any, TypeVar
 from redis import Redis
 
 from bot.standin import Ephemeral, SlackStandIn, StandInUser
-from store.models import Handoff
+from store.models import Handoff, TaskState
 from tests.conftest import ROOT, wait_until
+from tests.support import resume_targets
 from tests.support.manifest import bot_scopes
 from worker.client import Handoffs
 
@@ -220,6 +222,14 @@ class SlackEnv:
     def region_question(self, *, run_id: str, **options: Any) -> Handoff:
         """Ask "Which region?" (``options`` are ``ask``'s: reviewers...)."""
         return self.handoffs.ask(run_id=run_id, thread_id="t", question="Which region?", **options)
+
+    def resumed(self, handoff_id: str) -> dict[str, Any]:
+        """What ``tests.support.resume_targets:record`` was called with for the handoff,
+        once its resume completed."""
+        wait_for(lambda: self.handoffs.get(handoff_id).resume.state is TaskState.COMPLETED)
+        entries = [json.loads(raw) for raw in self.redis.lrange(resume_targets.COMPLETED, 0, -1)]
+        [entry] = [e for e in entries if e["handoff_id"] == handoff_id]
+        return dict(entry)
 
     def posted(self, handoff_id: str, timeout: float = 15):
         """The channel message of a handoff, once the worker has posted it."""
