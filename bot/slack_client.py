@@ -97,6 +97,23 @@ def reading_client(client: WebClient) -> WebClient:
     return _twin(client, token=client.token, retry_handlers=[])
 
 
+def patient_twin(client: WebClient) -> WebClient:
+    """A twin of ``client`` (a request's, say) with the jobs' patience: the default
+    timeout, retries of a reset connection and one more try after a 429. For calls that
+    need not answer Slack in time, made after the answer and harmless if repeated (the
+    courtesy replies to thread answers)."""
+    twin = _twin(
+        client,
+        token=client.token,
+        retry_handlers=[
+            ConnectionErrorRetryHandler(max_retry_count=2),
+            RateLimitErrorRetryHandler(max_retry_count=1),
+        ],
+    )
+    twin.timeout = defaults.SLACK_TIMEOUT_SECONDS
+    return twin
+
+
 def tokenless(client: WebClient) -> WebClient:
     """A twin of ``client`` without its token, for a Bolt app whose ``authorize`` hands
     each request the token (Bolt copies the app's client for every request)."""

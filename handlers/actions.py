@@ -167,12 +167,18 @@ def _open_modal(
     except SlackApiError as exc:
         error = exc.response.get("error")
         logger.warning("views.open failed: %s", error)
-        _tell(respond, "Slack did not open the form in time; please click again.")
+        _tell(respond, FORM_NOT_OPENED)
     except AMBIGUOUS_ERRORS as exc:
         # No answer from Slack (timeout, reset): the form may still open. The click must
         # get its 200 all the same, or Slack shows the person an error.
         logger.warning("views.open got no answer: %s", type(exc).__name__)
-        _tell(respond, "Slack did not answer in time; if no form opened, please click again.")
+        _tell(respond, FORM_MAYBE_NOT_OPENED)
+
+
+FORM_NOT_OPENED = "Slack did not open the form in time; please click again."
+"""Told to a person whose click should have opened a modal that Slack refused to open."""
+FORM_MAYBE_NOT_OPENED = "Slack did not answer in time; if no form opened, please click again."
+"""Told when ``views.open`` got no answer within the request's budget: it may still open."""
 
 
 def _tell(respond: Respond, message: str) -> None:

@@ -21,6 +21,7 @@ import logging
 import threading
 import time
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from slack_bolt import App
@@ -28,6 +29,7 @@ from slack_sdk import WebClient
 
 from bot import defaults
 from bot.received_text import mentioned_users, plain_text
+from bot.slack_client import patient_twin
 from handlers.decisions import STORE_DOWN, UNAVAILABLE, Refusal, decide_as, load_for
 from handlers.deps import deps_of
 from store.exceptions import HandoffNotFound
@@ -168,7 +170,22 @@ def _look_up_name(
             found[user_id] = name
 
 
+_COURTESY = ThreadPoolExecutor(max_workers=4, thread_name_prefix="thread-reply")
+"""Posts the private replies to thread answers once Slack has its answer to the event."""
+
+
 def _reply_privately(client: WebClient, channel: str, user: str, thread_ts: str, text: str) -> None:
+    """Tell ``user`` privately in the thread, after the event is answered.
+
+    The decision (or refusal) stands already, so the reply need not hold the event's answer
+    (Slack's 3 seconds, and the request client's 2 s a call); and a Slack slow to take it
+    must not cost the person the reply. So it is posted in the background, with the jobs'
+    patience (``bot.slack_client.patient_twin``: resets and a 429 retried); a process that
+    stops first loses it, as a courtesy can be."""
+    _COURTESY.submit(_post_privately, patient_twin(client), channel, user, thread_ts, text)
+
+
+def _post_privately(client: WebClient, channel: str, user: str, thread_ts: str, text: str) -> None:
     try:
         client.chat_postEphemeral(channel=channel, user=user, thread_ts=thread_ts, text=text)
     except Exception:  # a courtesy reply; the decision (or refusal) already stands

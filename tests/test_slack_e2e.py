@@ -228,7 +228,11 @@ def test_question_answered_in_its_thread_once_despite_slack_retries(slack: Slack
     assert resumed["resume_data"]["answer"] == "eu-west-1"
     assert resumed["resume_data"]["via"] == "slack_thread"
     assert [e.event for e in slack.handoffs.audit(handoff.id)].count("decided") == 1
-    assert any("Already answered" in e.text for e in slack.standin.ephemerals(BOB))
+    # The loser is told privately once the event is answered.
+    slack.standin.wait_for(
+        lambda: any("Already answered" in e.text for e in slack.standin.ephemerals(BOB)),
+        timeout=5,
+    )
     assert slack.standin.ephemerals(ALICE) == []
     # The bot confirms in the thread.
     _wait_updated(slack, handoff.id)

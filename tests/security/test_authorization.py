@@ -209,8 +209,10 @@ def test_a_thread_reply_by_someone_who_may_not_answer_is_refused(
 
     _, response = slack.standin.post_message(CAROL, CHANNEL, "us-east-1", thread_ts=message.ts)
 
-    assert response.status == 200
-    assert slack.standin.ephemerals(CAROL)[-1].text == ONLY_ALICE
+    assert response is not None and response.status == 200
+    # Told privately once the event is answered.
+    told = slack.standin.wait_for(lambda: slack.standin.ephemerals(CAROL), timeout=5)
+    assert told[-1].text == ONLY_ALICE
     assert slack.handoffs.get(question.id).status is Status.PENDING
     assert [(e.event, e.actor) for e in slack.handoffs.audit(question.id)][-1] == (
         "denied",
