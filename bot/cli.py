@@ -133,6 +133,7 @@ def build_notifier(settings: Settings) -> Notifier:
         return LoggingNotifier()
     # Imported here: a worker without a token needs none of the Slack side.
     from bot.access.reviewers import ReviewerPolicy
+    from bot.delivery.conversations import Conversations
     from bot.delivery.home_publisher import refresh_homes
     from bot.delivery.posting import LookUps, Poster
     from bot.delivery.slack_notifier import SlackNotifier
@@ -155,6 +156,7 @@ def build_notifier(settings: Settings) -> Notifier:
 
     return SlackNotifier(
         client,
+        Conversations(client, store.redis, store.keys),
         default_channel=settings.channel,
         on_change=refresh,
         poster=Poster(client, look_ups=look_ups),

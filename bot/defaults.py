@@ -45,6 +45,11 @@ SLACK_REQUEST_TIMEOUT_SECONDS = 2.0
 event: Slack gives 3 seconds, and a ``trigger_id`` dies after 3): such calls are not
 retried either; the person is told to try again instead."""
 
+SLACK_ANSWER_BUDGET_SECONDS = 2.5
+"""Longest all the Web API calls made while Slack waits for one answer may take together
+(each also within ``SLACK_REQUEST_TIMEOUT_SECONDS``): the rest of Slack's 3 seconds is the
+bot's own work and the way back."""
+
 JOINED_CHANNEL_SECONDS = 600
 """How long a worker takes the bot to still be in a public channel it joined before it
 joins again before posting there (a bot removed from a channel is back within this long)."""

@@ -18,6 +18,11 @@ key                                    type    contents
 ``{ns}:bot:channel:<id>:members``      set     the channel's members (``conversations.members``)
                                                and the marker "*"; expires
                                                (``bot.access.channel_members``)
+``{ns}:bot:joined:<channel>``          string  "1": the bot joined that public channel
+                                               (``conversations.join``); expires, and is
+                                               deleted when the bot leaves or is removed
+``{ns}:bot:dm:<user>``                 string  the id of the bot's DM with the user
+                                               (``conversations.open``); expires
 ``{ns}:bot:unassigned``                zset    pending ids with no reviewers (score 0), kept
                                                up to date by ``bot.queries.unassigned``
 ``{ns}:bot:unassigned:walk``           string  last pending id walked while building it, or
@@ -73,6 +78,14 @@ class BotKeys:
     def channel_members(self, channel: str) -> str:
         """The cached members of ``channel`` (``bot.access.channel_members``)."""
         return f"{self.prefix}channel:{channel}:members"
+
+    def joined(self, channel: str) -> str:
+        """Marker that the bot joined ``channel`` (``bot.delivery.conversations``)."""
+        return f"{self.prefix}joined:{channel}"
+
+    def dm(self, user_id: str) -> str:
+        """The id of the bot's DM with ``user_id`` (``bot.delivery.conversations``)."""
+        return f"{self.prefix}dm:{user_id}"
 
     @property
     def unassigned(self) -> str:

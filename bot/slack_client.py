@@ -5,9 +5,14 @@ calls made while Slack waits for our answer."""
 
 from __future__ import annotations
 
+import copy
 import http.client
 import json
+import time
+from contextvars import ContextVar
+from typing import Any
 
+from slack_bolt.context.respond import Respond
 from slack_sdk import WebClient
 from slack_sdk.http_retry.builtin_handlers import (
     ConnectionErrorRetryHandler,
@@ -15,6 +20,7 @@ from slack_sdk.http_retry.builtin_handlers import (
     ServerErrorRetryHandler,
 )
 from slack_sdk.http_retry.handler import RetryHandler
+from slack_sdk.webhook import WebhookClient, WebhookResponse
 
 from bot import defaults
 from bot.config import Settings
@@ -57,6 +63,78 @@ def make_web_client(
     )
 
 
+_ANSWER_DEADLINE: ContextVar[float | None] = ContextVar("slack_answer_deadline", default=None)
+"""When (``time.monotonic()``) the request being handled must be answered by, if any."""
+_LEAST_CALL_SECONDS = 0.2
+"""A call with less time left than this is not made: it could not be answered in time."""
+
+
+def start_answer_clock(seconds: float) -> None:
+    """Every call through a ``RequestClient`` or a ``TimelyRespond`` made from now on in
+    this thread (or context) shares one budget of ``seconds`` (each call also keeps its own
+    timeout), so that several calls in a row (a user-group look-up, then ``views.open``)
+    still let the request be answered within Slack's 3 seconds.
+
+    Started at the beginning of every request by ``handlers.deps.AnswerInTime``: Bolt runs
+    the listeners after its middleware returns, in the same thread, and the next request
+    handled by the thread starts a clock of its own. Threads started meanwhile (lazy
+    listeners, background replies) do not inherit it: their calls have their own timeouts
+    only."""
+    _ANSWER_DEADLINE.set(time.monotonic() + seconds)
+
+
+def _time_left(per_call: float, what: str) -> float:
+    """The timeout of the next call: its own, or less when the request's budget is nearly
+    spent. Raises ``TimeoutError`` (one of ``AMBIGUOUS_ERRORS``, so callers treat it as Slack
+    not answering in time) when too little is left to make it at all."""
+    deadline = _ANSWER_DEADLINE.get()
+    if deadline is None:
+        return per_call
+    left = deadline - time.monotonic()
+    if left < _LEAST_CALL_SECONDS:
+        raise TimeoutError(f"no time left to call {what} before Slack's deadline")
+    return min(per_call, left)
+
+
+class RequestClient(WebClient):
+    """A ``WebClient`` whose calls share the request's budget (``start_answer_clock``)."""
+
+    def api_call(self, api_method: str, **kwargs: Any) -> Any:  # type: ignore[override]
+        timeout = _time_left(float(self.timeout), api_method)
+        if timeout >= self.timeout:
+            return super().api_call(api_method, **kwargs)
+        # A copy with the shorter timeout: the client is shared by the request's threads.
+        clone = copy.copy(self)
+        clone.timeout = timeout  # type: ignore[assignment]
+        return WebClient.api_call(clone, api_method, **kwargs)
+
+
+class TimelyRespond(Respond):
+    """Bolt's ``respond`` (a POST to the request's ``response_url``) within the request's
+    budget, where Bolt's waits up to 30 s and so could hold the answer to Slack past its
+    deadline. Takes what the listeners pass: text (or a whole message), blocks and the
+    message options."""
+
+    def __call__(self, text: str | dict[str, Any] = "", **options: Any) -> WebhookResponse:  # type: ignore[override]
+        if self.response_url is None:
+            raise ValueError("respond is unsupported here as there is no response_url")
+        message: dict[str, Any] = dict(text) if isinstance(text, dict) else {"text": text}
+        for name, value in options.items():
+            if value is not None:
+                message[name] = [_as_dict(b) for b in value] if name == "blocks" else value
+        client = WebhookClient(
+            url=self.response_url,
+            proxy=self.proxy,
+            ssl=self.ssl,
+            timeout=_time_left(defaults.SLACK_REQUEST_TIMEOUT_SECONDS, "the response_url"),  # type: ignore[arg-type]
+        )
+        return client.send_dict(message)
+
+
+def _as_dict(block: Any) -> Any:
+    return block.to_dict() if hasattr(block, "to_dict") else block
+
+
 def request_client(settings: Settings) -> WebClient:
     """A ``WebClient`` for the calls made while Slack waits for our answer (a click, a
     command, an event: 3 seconds, after which the person sees an error and a
@@ -67,7 +145,7 @@ def request_client(settings: Settings) -> WebClient:
     late to matter, so the caller tells the person to try again instead. Jobs, which have
     no such deadline, use ``make_web_client``'s retrying client.
     """
-    return WebClient(
+    return RequestClient(
         token=settings.slack_bot_token,
         base_url=settings.slack_api_url,
         timeout=defaults.SLACK_REQUEST_TIMEOUT_SECONDS,  # type: ignore[arg-type]
@@ -109,9 +187,21 @@ def patient_twin(client: WebClient) -> WebClient:
             ConnectionErrorRetryHandler(max_retry_count=2),
             RateLimitErrorRetryHandler(max_retry_count=1),
         ],
+        cls=WebClient,  # not a request's: it has time
     )
     twin.timeout = defaults.SLACK_TIMEOUT_SECONDS
     return twin
+
+
+def on_the_clock(client: WebClient) -> WebClient:
+    """``client`` as a ``RequestClient`` (same token, URL, timeout and retries), whose
+    calls share the request's budget. Bolt builds a plain ``WebClient`` for each request
+    from the app's: ``handlers.deps.AnswerInTime`` puts this in its place."""
+    if isinstance(client, RequestClient):
+        return client
+    return _twin(
+        client, token=client.token, retry_handlers=list(client.retry_handlers), cls=RequestClient
+    )
 
 
 def tokenless(client: WebClient) -> WebClient:
@@ -120,8 +210,15 @@ def tokenless(client: WebClient) -> WebClient:
     return _twin(client, token=None, retry_handlers=list(client.retry_handlers))
 
 
-def _twin(client: WebClient, *, token: str | None, retry_handlers: list[RetryHandler]) -> WebClient:
-    return WebClient(
+def _twin(
+    client: WebClient,
+    *,
+    token: str | None,
+    retry_handlers: list[RetryHandler],
+    cls: type[WebClient] | None = None,
+) -> WebClient:
+    # Of the same class by default: a request client's twin keeps sharing its budget.
+    return (cls or type(client))(
         token=token,
         base_url=client.base_url,
         timeout=client.timeout,

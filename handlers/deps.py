@@ -11,6 +11,7 @@ from slack_bolt.middleware import Middleware
 
 from bot import defaults
 from bot.access.reviewers import ReviewerPolicy
+from bot.slack_client import TimelyRespond, on_the_clock, start_answer_clock
 from store.repository import HandoffStore
 
 DEPS_KEY = "handoff_deps"
@@ -62,3 +63,28 @@ class InjectDeps(Middleware):
 def deps_of(context: dict[str, Any]) -> HandlerDeps:
     """The dependencies the middleware put into the context."""
     return context[DEPS_KEY]  # type: ignore[no-any-return]
+
+
+class AnswerInTime(Middleware):
+    """A Bolt middleware that gives every request one budget for the Web API calls its
+    listeners make before the answer (``bot.slack_client.start_answer_clock``), and a
+    ``respond`` that keeps to it: Slack waits 3 seconds for the answer, and a listener that
+    looks up user groups, then opens a modal, then replies must not outlast them in sum."""
+
+    def __init__(self, seconds: float = defaults.SLACK_ANSWER_BUDGET_SECONDS) -> None:
+        self.seconds = seconds
+
+    def process(
+        self, *, req: BoltRequest, resp: BoltResponse, next: Callable[[], BoltResponse]
+    ) -> BoltResponse | None:
+        context = req.context
+        if context.client is not None:
+            context["client"] = on_the_clock(context.client)
+        if context.response_url:
+            context["respond"] = TimelyRespond(
+                response_url=context.response_url,
+                proxy=context.client.proxy if context.client else None,
+                ssl=context.client.ssl if context.client else None,
+            )
+        start_answer_clock(self.seconds)
+        return next()

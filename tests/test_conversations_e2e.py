@@ -129,3 +129,68 @@ def test_a_handoff_routed_to_a_person_is_posted_updated_and_reassigned_in_their_
     updates = slack.standin.calls("chat.update")
     assert updates and all(c.params.get("channel") != ALICE for c in updates)
     assert [c.response.get("error") for c in updates if not c.response.get("ok")] == []
+
+
+def test_after_the_bot_is_removed_from_a_channel_its_next_post_there_joins_again(
+    slack: SlackEnv,
+) -> None:
+    # Found by the break-it review: the join was trusted for ten minutes after a removal.
+    first = slack.region_question(run_id="run-1")
+    slack.posted(first.id)
+    left = slack.standin.remove_bot(CHANNEL, by=ADMIN)  # Slack tells the bot: channel_left
+    assert left is not None and left.status == 200
+
+    question = slack.region_question(run_id="run-2", resume="tests.support.resume_targets:record")
+    message = slack.posted(question.id)
+
+    assert CHANNEL in slack.standin.bot_channels()
+    _, heard = slack.standin.post_message(ALICE, CHANNEL, "eu-west-1", thread_ts=message.ts)
+    assert heard is not None
+    assert slack.resumed(question.id)["resume_data"]["answer"] == "eu-west-1"
+
+
+def test_a_lost_post_in_a_channel_the_bot_was_removed_from_unannounced_is_found_not_repeated(
+    slack: SlackEnv,
+) -> None:
+    slack.posted(slack.refund_approval(run_id="run-first"))
+    slack.standin.remove_bot(CHANNEL, announce=False)  # no event: only Slack's answers say so
+    slack.standin.fail_next("chat.postMessage", reset_connection=True, carried_out=True)
+
+    handoff_id = slack.refund_approval(run_id="run-lost")
+
+    wait_for(lambda: slack.handoffs.get(handoff_id).delivery.state is TaskState.COMPLETED)
+    [only] = _live_posts(slack, CHANNEL, handoff_id)
+    assert slack.handoffs.get(handoff_id).message_refs["ts"] == only.ts
+    assert CHANNEL in slack.standin.bot_channels()
+
+
+def test_a_handoff_in_a_persons_dm_reassigned_to_another_person_goes_to_their_dm(
+    slack: SlackEnv,
+) -> None:
+    handoff_id = slack.refund_approval(channel=ALICE, reviewers=[ALICE])
+    slack.posted(handoff_id)
+
+    reply = slack.command(ADMIN, f"reassign {handoff_id} <@{BOB}>")
+
+    assert f"DM with <@{BOB}>" in reply.text
+    bob_dm = "D" + BOB[1:]
+    wait_for(lambda: slack.handoffs.get(handoff_id).message_refs.get("channel") == bob_dm)
+    assert len(_live_posts(slack, bob_dm, handoff_id)) == 1
+    assert _live_posts(slack, "D" + ALICE[1:], handoff_id) == []
+    assert slack.handoffs.get(handoff_id).reviewers == [BOB]
+
+
+def test_an_escalation_to_a_private_channel_the_bot_is_not_in_fails_at_once_saying_so(
+    slack: SlackEnv,
+) -> None:
+    handoff_id = slack.refund_approval(escalate_to=PRIVATE, escalate_after=0.05)
+    slack.posted(handoff_id)
+
+    def failed() -> str | None:
+        events = slack.handoffs.audit(handoff_id)
+        return next((e.detail.get("error") for e in events if e.event == "escalation_failed"), None)
+
+    error = wait_for(failed, timeout=15)
+    assert "invite the bot to it" in str(error)
+    posts = [c for c in slack.standin.calls("chat.postMessage") if c.params["channel"] == PRIVATE]
+    assert len(posts) == 1, "refused for good: not retried"

@@ -8,9 +8,12 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from redis import Redis
 
+from bot.delivery.conversations import Conversations
 from bot.delivery.slack_notifier import DUPLICATE_EVENT_TYPE, METADATA_EVENT_TYPE, SlackNotifier
 from bot.standin import Message, SlackStandIn
+from store.keys import KeySpace
 from store.models import Handoff, TaskKind
 from tests.support.impatient_slack import (
     LATE,
@@ -31,9 +34,12 @@ def slack() -> Iterator[SlackStandIn]:
 
 
 @pytest.fixture
-def notifier(slack: SlackStandIn) -> SlackNotifier:
+def notifier(slack: SlackStandIn, redis: Redis) -> SlackNotifier:
     client = impatient_client(slack)
-    return SlackNotifier(client, default_channel=CHANNEL, poster=settling_poster(client))
+    conversations = Conversations(client, redis, KeySpace())
+    return SlackNotifier(
+        client, conversations, default_channel=CHANNEL, poster=settling_poster(client)
+    )
 
 
 def _approval(handoffs: Handoffs) -> Handoff:

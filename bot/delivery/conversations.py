@@ -11,21 +11,28 @@ is posted, its routing id becomes a conversation: a person's DM is opened
 (``conversations.join``, scope ``channels:join``). A private channel cannot be joined: the
 bot must be invited, and a post there without that is refused for good with what to do.
 
-Both answers are kept per process: a DM's id never changes, and a join is repeated after
-``bot.defaults.JOINED_CHANNEL_SECONDS`` (it costs one tier-3 call, 50 a minute).
+Both answers are kept in Redis (``bot.keys``), shared by every worker and work horse: a DM's
+id for ``DM_SECONDS``, a join for ``bot.defaults.JOINED_CHANNEL_SECONDS`` (it costs one
+tier-3 call, 50 a minute). A join is forgotten at once when the bot leaves or is removed
+(the ``channel_left`` / ``group_left`` events, ``handlers.membership``) or when Slack says
+the bot is not in the channel (``forget``): the next post there joins again.
 """
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Callable
+import logging
 
+from redis import Redis
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
 from bot import defaults
 from bot.delivery.slack_errors import error_code
+from bot.keys import BotKeys
+from store.decoding import as_text
+from store.keys import KeySpace
+
+logger = logging.getLogger(__name__)
 
 NOT_JOINABLE = "method_not_supported_for_channel_type"
 """``conversations.join``'s answer for a private channel (or a DM): only an invitation
@@ -33,6 +40,9 @@ puts the bot there."""
 
 NOT_A_MEMBER_ERRORS = frozenset({"channel_not_found", "not_in_channel"})
 """What ``chat.postMessage`` answers in a private channel the bot is not in."""
+
+DM_SECONDS = 30 * 86400
+"""How long a person's DM id is kept (it never changes while they are in the workspace)."""
 
 
 def is_user(routing_id: str) -> bool:
@@ -45,37 +55,43 @@ class Conversations:
 
     Example::
 
-        conversations = Conversations(client)
+        conversations = Conversations(client, redis, keys)
         channel = conversations.ready_to_post("U0ALICE")  # "D0ALICE", Alice's DM
     """
 
     def __init__(
         self,
         client: WebClient,
+        redis: Redis,
+        keys: KeySpace,
         *,
         joined_for_seconds: float = defaults.JOINED_CHANNEL_SECONDS,
-        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.client = client
+        self.redis = redis
+        self.keys = BotKeys(keys)
         self.joined_for_seconds = joined_for_seconds
-        self.clock = clock
-        self._dms: dict[str, str] = {}
-        self._joined: dict[str, float] = {}
-        self._lock = threading.Lock()
 
     def conversation_of(self, routing_id: str) -> str:
         """The conversation id of a routing id: a person's DM with the bot for a user id,
         else the id itself. Raises ``SlackApiError`` when Slack cannot open the DM."""
         if not is_user(routing_id):
             return routing_id
-        with self._lock:
-            known = self._dms.get(routing_id)
+        key = self.keys.dm(routing_id)
+        known = self.redis.get(key)
         if known is not None:
-            return known
-        answer = self.client.conversations_open(users=routing_id)
+            return as_text(known)
+        try:
+            answer = self.client.conversations_open(users=routing_id)
+        except SlackApiError as exc:
+            if error_code(exc) != "missing_scope":
+                raise
+            # Installed before the bot opened DMs (no im:write): chat.postMessage takes the
+            # user id as before; a lost post there cannot be looked for.
+            _warn_missing_scope(exc, "open a DM with", routing_id)
+            return routing_id
         channel = str(answer["channel"]["id"])
-        with self._lock:
-            self._dms[routing_id] = channel
+        self.redis.set(key, channel, ex=DM_SECONDS)
         return channel
 
     def ready_to_post(self, routing_id: str) -> str:
@@ -84,23 +100,41 @@ class Conversations:
         whether the bot was invited). Raises ``SlackApiError`` for Slack's refusals (an
         archived channel, a missing scope, a rate limit)."""
         channel = self.conversation_of(routing_id)
-        if not channel.startswith("C") or self._recently_joined(channel):
+        if not channel.startswith("C"):
+            return channel
+        key = self.keys.joined(channel)
+        if self.redis.exists(key):
             return channel
         try:
             self.client.conversations_join(channel=channel)
         except SlackApiError as exc:
+            if error_code(exc) == "missing_scope":
+                # Installed before the bot joined channels (no channels:join): it posts with
+                # chat:write.public as before; thread answers there do not reach it.
+                _warn_missing_scope(exc, "join", channel)
+                return channel
             if error_code(exc) != NOT_JOINABLE:
                 raise
-        with self._lock:
-            self._joined[channel] = self.clock()
+        self.redis.set(key, "1", ex=max(1, int(self.joined_for_seconds)))
         return channel
 
     def forget(self, channel: str) -> None:
-        """Join ``channel`` again before the next post there (the bot may have been removed)."""
-        with self._lock:
-            self._joined.pop(channel, None)
+        """Join ``channel`` again before the next post there (the bot left or was removed)."""
+        forget_joined(self.redis, self.keys.keys, channel)
 
-    def _recently_joined(self, channel: str) -> bool:
-        with self._lock:
-            joined_at = self._joined.get(channel)
-        return joined_at is not None and self.clock() - joined_at < self.joined_for_seconds
+
+def forget_joined(redis: Redis, keys: KeySpace, channel: str) -> None:
+    """Forget that the bot joined ``channel``: the next post there joins it first. For the
+    bot's own departure from a channel (``channel_left``) as much as for Slack's
+    ``not_in_channel``."""
+    redis.delete(BotKeys(keys).joined(channel))
+
+
+def _warn_missing_scope(exc: SlackApiError, what: str, target: str) -> None:
+    logger.warning(
+        "cannot %s %s (the bot token lacks %s; reinstall the app from manifest.yml): "
+        "posting there as it is",
+        what,
+        target,
+        exc.response.get("needed") or "a scope",
+    )

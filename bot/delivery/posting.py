@@ -34,7 +34,13 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
 from bot import defaults
-from bot.delivery.slack_errors import describe, is_permanent, maybe_carried_out, retry_after
+from bot.delivery.slack_errors import (
+    describe,
+    error_code,
+    is_permanent,
+    maybe_carried_out,
+    retry_after,
+)
 from bot.slack_client import AMBIGUOUS_ERRORS, posting_client, reading_client
 from store.keys import KeySpace
 from store.models import PostWindow
@@ -52,6 +58,12 @@ REPLIES = "conversations.replies"
 class AnswerLost(DeliveryFailed):
     """Every try at a post lost its answer and the post was not found; the next attempt
     looks for it again (``unanswered``) before posting."""
+
+
+class NotInConversation(DeliveryFailed):
+    """Slack will not let the bot read the conversation to look for a lost post because the
+    bot is not in it (``not_in_channel``: it was removed since it joined). The caller joins
+    again and goes on (``unanswered`` says what is left to look for)."""
 
 
 class PostRefused(DeliveryFailed):
@@ -508,6 +520,11 @@ class _Search:
                     f"looking again in {limited:.0f} s",
                     unanswered=left,
                     retry_after=limited,
+                ) from exc
+            if error_code(exc) == "not_in_channel":
+                raise NotInConversation(
+                    f"looking for a lost post in {self.channel}: the bot is not in it",
+                    unanswered=left,
                 ) from exc
             if is_permanent(exc):
                 logger.warning(

@@ -31,7 +31,14 @@ from bot.blockkit.message import (
     thread_record_text,
 )
 from bot.delivery.conversations import NOT_A_MEMBER_ERRORS, Conversations, is_user
-from bot.delivery.posting import Posted, Poster, PostRefused, PostTag, delete_extra
+from bot.delivery.posting import (
+    NotInConversation,
+    Posted,
+    Poster,
+    PostRefused,
+    PostTag,
+    delete_extra,
+)
 from bot.delivery.slack_errors import describe, error_code, is_permanent, retry_after
 from bot.mrkdwn import is_usergroup, reviewer_mention
 from bot.slack_client import AMBIGUOUS_ERRORS
@@ -66,21 +73,21 @@ class SlackNotifier:
     def __init__(
         self,
         client: WebClient,
+        conversations: Conversations,
         *,
         default_channel: str | None = None,
         on_change: Callable[[Handoff], None] | None = None,
         poster: Poster | None = None,
-        conversations: Conversations | None = None,
     ) -> None:
-        """``on_change`` is called after each delivery, update and escalation (the App Home
-        refresh); its failures are logged, never raised, so they cannot fail the task.
-        ``poster`` defaults to a ``Poster`` on ``client``, ``conversations`` (routing ids
-        to conversations the bot is in) to ``Conversations`` on ``client``."""
+        """``conversations`` turns routing ids into conversations the bot is in (joins,
+        DMs). ``on_change`` is called after each delivery, update and escalation (the App
+        Home refresh); its failures are logged, never raised, so they cannot fail the task.
+        ``poster`` defaults to a ``Poster`` on ``client``."""
         self.client = client
+        self.conversations = conversations
         self.default_channel = default_channel
         self.on_change = on_change
         self.poster = poster or Poster(client)
-        self.conversations = conversations or Conversations(client)
 
     def deliver(self, handoff: Handoff, *, attempt: Attempt = FIRST_ATTEMPT) -> dict[str, Any]:
         """Post the handoff's message; returns its references.
@@ -105,20 +112,10 @@ class SlackNotifier:
                 code="no_channel",
             )
         with _rate_limits_put_off(attempt.unanswered):
-            channel = self._ready_to_post(target)
+            with self._refused_for_good(target):
+                channel = self.conversations.ready_to_post(target)
             attempt = self._clear_strays(handoff, channel, attempt)
-            try:
-                posted = self._post(handoff, channel, attempt=attempt)
-            except PostRefused as exc:
-                # Only the post's own refusal says the message cannot be delivered: the
-                # look-up for an earlier post or removing a duplicate may fail where posting
-                # works; those failures are retried.
-                if is_permanent(exc.slack_error):
-                    raise Undeliverable(
-                        self._refusal_text(target, exc.slack_error),
-                        code=error_code(exc.slack_error),
-                    ) from exc
-                raise
+            posted = self._post_in(handoff, target, channel, attempt=attempt)
         refs: dict[str, Any] = {"channel": posted["channel"], "ts": posted["ts"]}
         old = handoff.message_refs
         if old.get("ts"):
@@ -292,39 +289,65 @@ class SlackNotifier:
                     return None
                 posted = {"channel": found.channel, "ts": found.ts}
             else:
-                channel = self.conversations.ready_to_post(target)
-                posted = self._post(
-                    handoff, channel, note=escalation_note(handoff), attempt=attempt
-                )
+                # A copy Slack refuses for good (a private channel the bot is not in) fails
+                # the escalation at once, saying why, rather than after its attempts.
+                with self._refused_for_good(target):
+                    channel = self.conversations.ready_to_post(target)
+                note = escalation_note(handoff)
+                posted = self._post_in(handoff, target, channel, note=note, attempt=attempt)
         self._changed(handoff)
         # Only the new copy: the store adds it to the copies as they are then (a delivery
         # running at the same time may have added its own, or moved the primary message).
         return {"copies": [{"channel": posted["channel"], "ts": posted["ts"]}]}
 
-    def _ready_to_post(self, target: str) -> str:
-        """The conversation to post a handoff routed to ``target`` in (a person's DM, a
-        public channel the bot joined first: see ``bot.delivery.conversations``). Raises
-        ``Undeliverable`` when Slack refuses it for good (an archived channel, a person it
-        cannot write to)."""
+    @contextmanager
+    def _refused_for_good(self, target: str) -> Iterator[None]:
+        """Slack's refusals no retry can fix (an archived channel, a person it cannot write
+        to, a private channel the bot is not in) become ``Undeliverable``, saying what to do;
+        anything else goes on as it is (retried)."""
         try:
-            return self.conversations.ready_to_post(target)
+            yield
+        except PostRefused as exc:
+            # Only the post's own refusal says the message cannot be delivered: the
+            # look-up for an earlier post or removing a duplicate may fail where posting
+            # works; those failures are retried.
+            if is_permanent(exc.slack_error):
+                raise Undeliverable(
+                    self._refusal_text(target, exc.slack_error),
+                    code=error_code(exc.slack_error),
+                ) from exc
+            raise
         except SlackApiError as exc:
-            if error_code(exc) == "missing_scope":
-                # Installed before the bot joined channels and opened DMs (no channels:join,
-                # im:write): post as before (chat.postMessage takes a user id, and
-                # chat:write.public posts in a public channel). Thread answers will not
-                # reach the bot there, and a lost post to a person cannot be looked for.
-                logger.warning(
-                    "cannot %s %s (the bot token lacks %s; reinstall the app from "
-                    "manifest.yml): posting there as it is",
-                    "open a DM with" if is_user(target) else "join",
-                    target,
-                    exc.response.get("needed") or "a scope",
-                )
-                return target
             if is_permanent(exc):
                 raise Undeliverable(self._refusal_text(target, exc), code=error_code(exc)) from exc
             raise
+
+    def _post_in(
+        self,
+        handoff: Handoff,
+        target: str,
+        channel: str,
+        *,
+        note: str | None = None,
+        attempt: Attempt,
+    ) -> dict[str, str]:
+        """Post in ``channel``, the conversation of ``target``. When Slack says the bot is
+        not in it any more (removed since it joined), it joins again and goes on once."""
+        try:
+            with self._refused_for_good(target):
+                return self._post(handoff, channel, note=note, attempt=attempt)
+        except NotInConversation as exc:
+            logger.warning(
+                "the bot is not in %s any more: joining again",
+                channel,
+                extra={"handoff_id": handoff.id},
+            )
+            self.conversations.forget(channel)
+            with self._refused_for_good(target):
+                channel = self.conversations.ready_to_post(target)
+                return self._post(
+                    handoff, channel, note=note, attempt=replace(attempt, unanswered=exc.unanswered)
+                )
 
     def _refusal_text(self, target: str, exc: SlackApiError) -> str:
         """What an admin (and the agent) read about a post Slack refused for good."""
@@ -391,12 +414,29 @@ class SlackNotifier:
         old = self.conversations.conversation_of(route) if route else None
         if not old or old == channel:
             return attempt
-        cleared = self.poster.clear(
+        clear = functools.partial(
+            self.poster.clear,
             channel=old,
             tag=PostTag(METADATA_EVENT_TYPE, {"handoff_id": handoff.id, "run_id": handoff.run_id}),
             neutralise=self._neutraliser(handoff),
-            window=window,
         )
+        try:
+            cleared = clear(window=window)
+        except NotInConversation as exc:
+            # Removed from the old channel since: join it again to read it, once; a channel
+            # that still cannot be read keeps what may be there (logged), and the post here
+            # goes on.
+            self.conversations.forget(old)
+            try:
+                self.conversations.ready_to_post(old)
+                cleared = clear(window=exc.unanswered or window)
+            except (NotInConversation, SlackApiError):
+                logger.warning(
+                    "cannot read %s to clear what an earlier attempt may have posted there",
+                    old,
+                    extra={"handoff_id": handoff.id},
+                )
+                cleared = 0
         if cleared:
             logger.info(
                 "neutralised %d stray post(s) left in %s before a reassignment",

@@ -268,10 +268,26 @@ class SlackStandIn:
         with self._ws.lock:
             self._ws.bot_channels.add(channel)
 
-    def remove_bot(self, channel: str) -> None:
-        """Someone removes the bot from ``channel``."""
+    def remove_bot(
+        self, channel: str, *, by: str | None = None, announce: bool = True
+    ) -> Response | None:
+        """Someone (``by``) removes the bot from ``channel``. As Slack does, the bot is told
+        with a ``channel_left`` event (``group_left`` for a private channel) when
+        ``bot_url`` is set, unless ``announce`` is False (an event that never arrived);
+        returns the bot's answer to it."""
         with self._ws.lock:
             self._ws.bot_channels.discard(channel)
+            private = self._ws.is_private(channel)
+        if not announce or self.bot_url is None:
+            return None
+        event: dict[str, Any] = {
+            "type": "group_left" if private else "channel_left",
+            "channel": channel,
+            "event_ts": payloads.action_ts(),
+        }
+        if by is not None:
+            event["actor_id"] = by
+        return self.send_event(event)
 
     def make_private(self, channel: str) -> None:
         """Make a ``C…`` channel private (as Slack's newer private channels are; every
@@ -386,8 +402,9 @@ class SlackStandIn:
         after: int = 0,
         truncated: bool = False,
     ) -> None:
-        """Make the next ``times`` calls of ``method`` ("*": any method) fail (after letting
-        ``after`` calls through).
+        """Make the next ``times`` calls of ``method`` ("*": any method; "response_url" for
+        posts to a response_url, which take only ``delay`` and ``reset_connection``) fail
+        (after letting ``after`` calls through).
 
         ``status`` 429 answers ``{"ok": false, "error": "ratelimited"}`` with ``Retry-After``
         (``retry_after``, default 1); 5xx answers an error body. ``error`` instead answers HTTP 200
@@ -662,7 +679,15 @@ class SlackStandIn:
             self._ws.calls.append(call)
 
     def _serve_response_url(self, handler: _Handler, token: str, body: bytes) -> None:
-        """A POST to a response_url (see ``answers.post_to_response_url``)."""
+        """A POST to a response_url (see ``answers.post_to_response_url``); faults queued
+        for the method "response_url" slow it down (``delay``) or reset it first."""
+        fault = self._ws.take_queued_fault("response_url")
+        if fault is not None:
+            if fault.delay:
+                self._stopping.wait(fault.delay)
+            if fault.reset_connection:
+                _reset(handler)
+                return
         try:
             sent = json.loads(body or b"null")
         except ValueError:

@@ -227,9 +227,12 @@ class Workspace:
             return channel[:1] in ("G", "D") or channel in self.private_channels
 
     def bot_is_member(self, channel: str) -> bool:
-        """Is the bot in ``channel``? (Always in its DMs.)"""
+        """Is the bot in ``channel``? (Always in its DMs with the workspace's people; never
+        in a DM between others.)"""
         with self.lock:
-            return channel.startswith("D") or channel in self.bot_channels
+            if channel.startswith("D"):
+                return any(self.dm_channel(user) == channel for user in self.users)
+            return channel in self.bot_channels
 
     def is_member(self, channel: str, user: str) -> bool:
         """Is ``user`` (a person or the bot) in ``channel``?"""
@@ -299,6 +302,12 @@ class Workspace:
             ]
 
     # Faults
+
+    def take_queued_fault(self, method: str) -> Fault | None:
+        """The next fault queued for exactly ``method`` (never "*" nor a random one), used."""
+        with self.lock:
+            queue = self.faults.get(method)
+            return queue.popleft() if queue else None
 
     def take_fault(self, method: str) -> Fault | None:
         """The next injected fault for ``method`` (or for "*"), consumed; else a random one

@@ -19,6 +19,7 @@ from handlers.commands.grammar import Command
 from handlers.decisions import NOT_FOUND, deny, may_see
 from handlers.deps import HandlerDeps
 from handlers.origin import remember_ephemeral
+from store import slack_ids
 from store.exceptions import AlreadyDecided, HandoffNotFound, InvalidDecision, NotRetryable
 from store.lost_attempts import retry_warning
 from store.models import TaskKind
@@ -79,13 +80,26 @@ def _change(deps: HandlerDeps, user: str, command: Command, handoff_id: str) -> 
         )
     if command.name == "reassign":
         reviewers = list(command.reviewers) if command.reviewers else None
-        store.reassign(handoff_id, by=user, channel=command.channel, reviewers=reviewers)
+        channel = command.channel
+        current = store.get(handoff_id).channel
+        people = [r for r in command.reviewers if slack_ids.is_user_id(r)]
+        if channel is None and current and slack_ids.is_user_id(current) and len(people) == 1:
+            # A handoff posted in a person's DM, given to another person: it goes to their
+            # DM (a DM's other person could not see it there).
+            channel = people[0]
+        store.reassign(handoff_id, by=user, channel=channel, reviewers=reviewers)
         logger.info("reassigned by command", extra=context)
-        where = [block_text.channel_mention(command.channel)] if command.channel else []
-        where += [block_text.reviewer_mention(r) for r in command.reviewers]
+        who = ", ".join(block_text.reviewer_mention(r) for r in command.reviewers)
+        if channel is None:
+            return replies.render_notice(
+                f":arrow_right: Reassigned `{handoff_id}` to {who}: they decide it now. It is "
+                "posted again where it was, and the old message points to the new one."
+            )
+        where = block_text.channel_mention(channel)
         return replies.render_notice(
-            f":arrow_right: Reassigned `{handoff_id}` to {', '.join(where)}. It is posted "
-            "there, and the old message points to it."
+            f":arrow_right: Reassigned `{handoff_id}` to {where}"
+            + (f" for {who}" if who and list(command.reviewers) != [channel] else "")
+            + ". It is posted there, and the old message points to it."
         )
     if command.name == "retry":
         warning = retry_warning(store.get(handoff_id).resume)
