@@ -34,6 +34,7 @@ def test_a_views_open_that_takes_4_s_does_not_delay_the_clicks_200_past_3_s(
     response = slack.standin.click(ALICE, message, ids.REJECT)
 
     assert not response.timed_out and response.status == 200, response.text
+    print(f"answered in {response.elapsed:.2f} s (Slack waits {SLACK_DEADLINE:.0f} s)")
     assert response.elapsed < SLACK_DEADLINE
     assert response.elapsed >= defaults.SLACK_REQUEST_TIMEOUT_SECONDS * 0.9  # it did wait
     # The person is told to click again, and the call is not made again after its timeout.
@@ -54,6 +55,7 @@ def test_a_rate_limited_look_up_in_a_command_is_not_slept_out(slack: SlackEnv) -
     response = slack.standin.send_command(OWNER, "/handoff", "stats", channel_id="C0APPROVALS")
 
     assert not response.timed_out and response.status == 200, response.text
+    print(f"answered in {response.elapsed:.2f} s (Slack waits {SLACK_DEADLINE:.0f} s)")
     assert response.elapsed < SLACK_DEADLINE
     # No call waited out the Retry-After to try again.
     asked = slack.standin.calls("users.info")
@@ -73,6 +75,7 @@ def test_calls_in_a_row_share_one_budget_so_the_click_is_answered_in_time(
     response = slack.standin.click(BOB, message, ids.REJECT)
 
     assert not response.timed_out and response.status == 200, response.text
+    print(f"answered in {response.elapsed:.2f} s (Slack waits {SLACK_DEADLINE:.0f} s)")
     assert response.elapsed < SLACK_DEADLINE
     assert slack.handoffs.get(handoff_id).status is Status.PENDING
 
@@ -86,5 +89,6 @@ def test_a_slow_response_url_does_not_hold_the_clicks_answer(slack: SlackEnv) ->
     response = slack.standin.click(CAROL, message, ids.APPROVE)  # refused: not a reviewer
 
     assert not response.timed_out and response.status == 200, response.text
+    print(f"answered in {response.elapsed:.2f} s (Slack waits {SLACK_DEADLINE:.0f} s)")
     assert response.elapsed < SLACK_DEADLINE
     assert slack.handoffs.get(handoff_id).status is Status.PENDING

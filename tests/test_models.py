@@ -324,7 +324,10 @@ BAD_IDS = [
 """Values the routing fields refuse, whatever their kind: none is a Slack id."""
 
 FIELD_ERRORS = {
-    "channel": ("channel", "a Slack channel id (C…/G…/D…)"),
+    "channel": (
+        "channel",
+        "a Slack channel id (C…/G…/D…) or user id (U…/W…, for their DM with the bot)",
+    ),
     "reviewers": ("reviewers.0", "a Slack user id (U…/W…) or user-group id (S…)"),
     "escalate_to": ("escalate_to", "a Slack channel id (C…/G…/D…) or user-group id (S…)"),
 }
@@ -373,7 +376,6 @@ def test_routing_fields_take_channel_user_and_group_ids(field: str, value: str) 
 @pytest.mark.parametrize(
     ("field", "value"),
     [
-        ("channel", "U0ALICE"),  # a person is no channel
         ("channel", "S0TEAM"),
         ("reviewers", "C0APPROVALS"),  # a channel decides nothing
         ("escalate_to", "U0ALICE"),  # escalation goes to a channel or a group

@@ -109,6 +109,7 @@ def test_a_decisions_resume_starts_within_a_second_while_slack_rate_limits_every
     started_at = wait_until(lambda: _resume_started_at(slack, waiting), timeout=30)
 
     assert isinstance(started_at, float)
+    print(f"resume started {started_at - decided_at:.3f} s after its decision (target < 1 s)")
     assert started_at - decided_at < 1.0, (
         f"the resume started {started_at - decided_at:.2f} s after its decision"
     )

@@ -128,17 +128,26 @@ def test_a_post_slack_refuses_for_good_is_undeliverable(
 def test_a_look_up_slack_refuses_for_good_posts_anyway_and_is_never_undeliverable(
     slack: SlackStandIn, notifier: SlackNotifier, handoffs: Handoffs
 ) -> None:
-    """The bot may post where it cannot read the history (chat:write.public): a look-up
-    answered not_in_channel says nothing of the post, and no later attempt could read more,
-    so the message is posted (a copy may show twice) rather than the handoff left to fail."""
+    """A conversation the bot cannot read for good (channel_not_found to a look-up) says
+    nothing of the post, and no later attempt could read more, so the message is posted (a
+    copy may show twice) rather than the handoff left to fail. not_in_channel (the bot was
+    removed) makes it join again and look again."""
     handoff = _approval(handoffs)
-    slack.fail_next("conversations.history", error="not_in_channel")
+    slack.fail_next("conversations.history", error="channel_not_found")
 
     refs = notifier.deliver(handoffs.get(handoff.id), attempt=looking_back())
 
     [posted] = _posts_of(slack, handoff.id)
     assert refs["ts"] == posted.ts
     assert len(slack.calls("conversations.history")) == 1
+
+    again = _approval(handoffs)
+    slack.fail_next("conversations.history", error="not_in_channel")
+    refs = notifier.deliver(handoffs.get(again.id), attempt=looking_back())
+    [posted] = _posts_of(slack, again.id)
+    assert refs["ts"] == posted.ts
+    assert len(slack.calls("conversations.history")) == 3, "looked again once joined"
+    assert len(slack.calls("conversations.join")) == 2
 
 
 def test_a_look_up_that_fails_for_now_is_retried_with_its_window_kept(
