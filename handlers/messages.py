@@ -18,10 +18,8 @@ and the person is told so privately: taking it would close the question with no 
 from __future__ import annotations
 
 import logging
-import threading
-import time
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any
 
 from slack_bolt import App
@@ -130,44 +128,36 @@ def _file_names(files: Any) -> str:
     return f"{shown} and {len(names) - FILES_SHOWN} more" if len(names) > FILES_SHOWN else shown
 
 
+_LOOKUPS = ThreadPoolExecutor(max_workers=8, thread_name_prefix="mention-names")
+"""Asks ``users.info`` for the people thread answers mention, a few at a time for all the
+answers a process takes (a storm of answers must not start a thread per mention)."""
+
+
 def _user_names(client: WebClient, text: Any) -> dict[str, str]:
     """Names of the people ``text`` mentions, as far as ``users.info`` tells them in time.
 
-    The look-ups run side by side in daemon threads, waited for together at most
+    The look-ups run side by side, waited for together at most
     ``MENTION_NAME_LOOKUP_SECONDS``: a slow or failing Slack costs the answer its names,
-    never the answer (nor Slack's 3 seconds). A late look-up writes to a dict no longer read.
+    never the answer (nor Slack's 3 seconds). A late look-up's name is not read.
     """
     users = mentioned_users(text)[: defaults.MENTION_NAME_LOOKUPS]
     if not users:
         return {}
-    found: dict[str, str] = {}
-    lock = threading.Lock()  # late look-ups may still write while the names are read
-    threads = [
-        threading.Thread(target=_look_up_name, args=(client, u, found, lock), daemon=True)
-        for u in users
-    ]
-    for thread in threads:
-        thread.start()
-    deadline = time.monotonic() + defaults.MENTION_NAME_LOOKUP_SECONDS
-    for thread in threads:
-        thread.join(max(0.0, deadline - time.monotonic()))
-    with lock:
-        return dict(found)
+    asked = {_LOOKUPS.submit(_name_of, client, user): user for user in users}
+    done, _ = wait(asked, timeout=defaults.MENTION_NAME_LOOKUP_SECONDS)
+    names = {asked[future]: future.result() for future in done}
+    return {user: name for user, name in names.items() if name}
 
 
-def _look_up_name(
-    client: WebClient, user_id: str, found: dict[str, str], lock: threading.Lock
-) -> None:
+def _name_of(client: WebClient, user_id: str) -> str | None:
     try:
         person = client.users_info(user=user_id).get("user") or {}
         profile = person.get("profile") or {}
         name = profile.get("display_name") or profile.get("real_name") or person.get("name")
     except Exception as exc:  # the answer keeps the id: a name is only a nicety
         logger.info("users.info failed for mentioned user %s: %s", user_id, exc)
-        return
-    if isinstance(name, str) and name:
-        with lock:
-            found[user_id] = name
+        return None
+    return name if isinstance(name, str) and name else None
 
 
 _COURTESY = ThreadPoolExecutor(max_workers=4, thread_name_prefix="thread-reply")
