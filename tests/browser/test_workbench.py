@@ -311,7 +311,7 @@ GALLERY = [
                 "action_id": "delete",
                 "confirm": {
                     "title": {"type": "plain_text", "text": "Delete it?"},
-                    "text": {"type": "mrkdwn", "text": "This *cannot* be undone."},
+                    "text": {"type": "plain_text", "text": "This cannot be undone."},
                     "confirm": {"type": "plain_text", "text": "Delete"},
                     "deny": {"type": "plain_text", "text": "Keep"},
                     "style": "danger",
