@@ -53,3 +53,25 @@ bot's own work and the way back."""
 JOINED_CHANNEL_SECONDS = 600
 """How long a worker takes the bot to still be in a public channel it joined before it
 joins again before posting there (a bot removed from a channel is back within this long)."""
+
+
+BOT_SCOPES: frozenset[str] = frozenset(
+    {
+        "chat:write",
+        "commands",
+        "chat:write.public",
+        "channels:join",
+        "im:write",
+        "channels:history",
+        "groups:history",
+        "im:history",
+        "users:read",
+        "usergroups:read",
+        "channels:read",
+        "groups:read",
+        "im:read",
+        "mpim:read",
+    }
+)
+"""The bot token scopes of ``manifest.yml`` (a test keeps them equal): what ``handoff check``
+expects the token to have when it finds no manifest to read them from."""

@@ -63,7 +63,7 @@ def test_show_decide_and_list_commands(redis: Redis, redis_url: str) -> None:
     assert decided.returncode == 0, decided.stderr
     assert handoffs.get(handoff.id).resume_data.answer == "eu"
 
-    shown = json.loads(_handoff("show", handoff.id, env=env).stdout)
+    shown = json.loads(_handoff("show", handoff.id, "--json", env=env).stdout)
     assert shown["status"] == "answered"
     assert [event["event"] for event in shown["audit"]] == ["created", "decided"]
 
@@ -213,7 +213,7 @@ def test_every_settings_error_is_one_line_and_exit_status_2(
 def test_an_unreachable_redis_is_one_line() -> None:
     result = _handoff("list", env={"REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"})
 
-    assert result.returncode == 1
+    assert result.returncode == 5  # ExitCode.UNAVAILABLE
     [line] = result.stderr.splitlines()
     assert line.startswith("Error: cannot reach Redis (")
     assert line.endswith("check that it is running and that REDIS_URL points at it")

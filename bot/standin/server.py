@@ -591,7 +591,17 @@ class SlackStandIn:
         self._record(method, params, status, answer)
         if self.latency:
             self._stopping.wait(self.latency)
-        _answer(handler, status, json.dumps(answer).encode(), "application/json; charset=utf-8")
+        headers = {}
+        if self._ws.scopes is not None and answer.get("error") not in _AUTH_ERRORS:
+            # Slack names the token's scopes on every answer (`handoff check` reads them).
+            headers["x-oauth-scopes"] = ",".join(sorted(self._ws.scopes))
+        _answer(
+            handler,
+            status,
+            json.dumps(answer).encode(),
+            "application/json; charset=utf-8",
+            headers,
+        )
 
     def _call(
         self,
@@ -1166,6 +1176,10 @@ def _length_problem(handler: _Handler) -> str | None:
     if sent is None or (sent.isascii() and sent.isdigit()):
         return None
     return f"bad Content-Length {sent[:20]!r}: send the body's length in bytes"
+
+
+_AUTH_ERRORS = ("not_authed", "invalid_auth", "unknown_method")
+"""Answers to a call made with no valid token: Slack names no scopes with them."""
 
 
 def _answer(

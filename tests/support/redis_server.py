@@ -39,8 +39,12 @@ class RedisServer:
         server.start()     # same port and directory: the append-only file is replayed
     """
 
-    def __init__(self, data_dir: Path, *, port: int | None = None) -> None:
+    def __init__(
+        self, data_dir: Path, *, port: int | None = None, extra: tuple[str, ...] = ()
+    ) -> None:
         self.data_dir = data_dir
+        self.extra = extra
+        """More server arguments; a setting given here overrides the one above."""
         self.port = port or free_port()
         self.process: subprocess.Popen[bytes] | None = None
         data_dir.mkdir(parents=True, exist_ok=True)
@@ -72,6 +76,7 @@ class RedisServer:
                 "no",
                 "--protected-mode",
                 "no",
+                *self.extra,
             ],
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -1,0 +1,15 @@
+"""The ``handoff`` command line.
+
+One module per concern: ``app`` holds the group, its global options and how expected
+failures become one-line errors and exit codes (``exit_codes``); ``services`` runs the
+processes (serve, worker, dispatcher, dev); ``handoffs`` reads and changes handoffs
+(list, show, decide, claim, cancel, expire, reassign, retry, failed); ``reports`` holds
+stats and the audit export; ``check`` is the doctor.
+"""
+
+from __future__ import annotations
+
+from bot.cli import check, handoffs, reports, services
+from bot.cli.app import main
+
+__all__ = ["check", "handoffs", "main", "reports", "services"]
