@@ -13,7 +13,7 @@ Slack ids are a capital letter saying what they name, then capitals and digits.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 MAX_ID_LENGTH = 32
@@ -40,6 +40,20 @@ def is_channel_id(value: object) -> bool:
 def is_user_id(value: object) -> bool:
     """Whether ``value`` is a person's id (``U…``, ``W…``)."""
     return isinstance(value, str) and USER_ID.fullmatch(value) is not None
+
+
+def reassigned_channel(
+    current: str | None, channel: str | None, reviewers: Sequence[str]
+) -> str | None:
+    """Where a reassigned handoff is posted: ``channel`` when given; else, for a handoff
+    in a person's DM given to one other person, that person's DM (the other person could
+    not see it in the first one); else None, where it was."""
+    if channel is not None:
+        return channel
+    people = [r for r in reviewers if is_user_id(r)]
+    if current and is_user_id(current) and len(people) == 1:
+        return people[0]
+    return None
 
 
 def is_usergroup_id(value: object) -> bool:

@@ -123,6 +123,20 @@ def test_reassign_moves_a_handoff_and_refuses_bad_ids(redis: Redis, run: Run) ->
     assert "reassigned" in [e.event for e in handoffs.store.audit_trail(handoff.id)]
 
 
+def test_a_dm_handoff_given_to_another_person_goes_to_their_dm(redis: Redis, run: Run) -> None:
+    handoffs = Handoffs(redis)
+    handoff = handoffs.request_approval(
+        run_id="r", thread_id="t", action="deploy", channel="U0ANA", reviewers=["U0ANA"]
+    )
+
+    moved = run("reassign", handoff.id, "--reviewer", "U0BEN")
+
+    assert moved.exit_code == 0, moved.output
+    assert "a worker posts it to U0BEN" in moved.stdout
+    stored = handoffs.get(handoff.id)
+    assert (stored.channel, stored.reviewers) == ("U0BEN", ["U0BEN"])
+
+
 def test_exit_codes_tell_not_found_from_conflict(redis: Redis, run: Run) -> None:
     handoff = Handoffs(redis).ask(run_id="r", thread_id="t", question="?")
     assert run("decide", handoff.id, "answered", "--by", "U0A", "--answer", "x").exit_code == 0

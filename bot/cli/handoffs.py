@@ -229,14 +229,13 @@ def reassign(
         raise click.BadParameter(problem, param_hint="--channel")
     if problem := slack_ids.REVIEWER.first_refusal(list(reviewers)):
         raise click.BadParameter(problem, param_hint="--reviewer")
-    handoff = (
-        settings()
-        .open_store()
-        .reassign(handoff_id, by=by, channel=channel, reviewers=list(reviewers) or None)
-    )
-    where = f" to {handoff.channel}" if channel else ""
+    store = settings().open_store()
+    # A handoff in a person's DM given to another person goes to their DM, as with /handoff.
+    channel = slack_ids.reassigned_channel(store.get(handoff_id).channel, channel, reviewers)
+    handoff = store.reassign(handoff_id, by=by, channel=channel, reviewers=list(reviewers) or None)
+    where = f"to {handoff.channel}" if channel else "where it was"
     who = f" for {', '.join(handoff.reviewers)}" if reviewers else ""
-    _done(handoff, as_json, f"{handoff.id} is reassigned{where}{who}; a worker posts it there")
+    _done(handoff, as_json, f"{handoff.id} is reassigned{who}; a worker posts it {where}")
 
 
 @main.command()

@@ -80,13 +80,9 @@ def _change(deps: HandlerDeps, user: str, command: Command, handoff_id: str) -> 
         )
     if command.name == "reassign":
         reviewers = list(command.reviewers) if command.reviewers else None
-        channel = command.channel
-        current = store.get(handoff_id).channel
-        people = [r for r in command.reviewers if slack_ids.is_user_id(r)]
-        if channel is None and current and slack_ids.is_user_id(current) and len(people) == 1:
-            # A handoff posted in a person's DM, given to another person: it goes to their
-            # DM (a DM's other person could not see it there).
-            channel = people[0]
+        channel = slack_ids.reassigned_channel(
+            store.get(handoff_id).channel, command.channel, command.reviewers
+        )
         store.reassign(handoff_id, by=user, channel=channel, reviewers=reviewers)
         logger.info("reassigned by command", extra=context)
         who = ", ".join(block_text.reviewer_mention(r) for r in command.reviewers)
