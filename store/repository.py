@@ -140,6 +140,11 @@ class StoreConfig:
     max_payload_bytes: int = defaults.MAX_PAYLOAD_BYTES
     retention_seconds: float = defaults.RETENTION_SECONDS
     tasks: TaskPolicy = field(default_factory=TaskPolicy)
+    resume_modules: tuple[str, ...] = ()
+    """The modules whose functions may be resume targets (``HANDOFF_RESUME_MODULES``);
+    empty: any module. Not the store's to enforce (it never imports a target): the worker
+    checks each target it resumes against its own (``worker.resume_targets``), and the
+    agent's client each one it creates a handoff with."""
 
 
 @dataclass(frozen=True)

@@ -144,6 +144,12 @@ class StoreSettings(BaseSettings):
         gt=0,
         description="Re-dispatch a queued job not started after this long.",
     )
+    resume_modules: str = Field(
+        default="",
+        description="Comma-separated modules whose functions may be resume targets "
+        "(`pkg.mod:fn` is allowed when pkg.mod is one or lies under one); the worker imports "
+        "nothing else a handoff names. Empty: any module (a worker warns at start).",
+    )
 
     @field_validator("redis_url", mode="before")
     @classmethod
@@ -182,6 +188,11 @@ class StoreSettings(BaseSettings):
                 ) from None
         return value
 
+    @field_validator("resume_modules")
+    @classmethod
+    def _resume_modules_are_module_names(cls, value: str) -> str:
+        return ",".join(parse_module_list(value))
+
     @field_validator("escalate_to")
     @classmethod
     def _escalate_to_is_a_channel_or_group_id(cls, value: str | None) -> str | None:
@@ -195,11 +206,12 @@ class StoreSettings(BaseSettings):
         return value
 
     @classmethod
-    def from_env(cls) -> Self:
-        """The settings of the environment (and ``.env``); raises ``ConfigurationError``
+    def from_env(cls, **overrides: Any) -> Self:
+        """The settings of the environment (and ``.env``), with ``overrides`` (field names,
+        e.g. ``redis_url=...``) in place of what they say; raises ``ConfigurationError``
         with a one-line message naming each bad variable."""
         try:
-            return cls()
+            return cls(**overrides)
         except ValidationError as exc:
             raise ConfigurationError(describe_settings_error(exc, cls)) from exc
 
@@ -257,7 +269,21 @@ class StoreSettings(BaseSettings):
             max_payload_bytes=self.max_payload_bytes,
             retention_seconds=timedelta(days=self.retention_days).total_seconds(),
             tasks=self.task_policy(),
+            resume_modules=parse_module_list(self.resume_modules),
         )
+
+
+def parse_module_list(text: str) -> tuple[str, ...]:
+    """The module names of a comma-separated list (``HANDOFF_RESUME_MODULES``), stripped,
+    blanks dropped. Raises ``ValueError`` naming the first that is no dotted module name."""
+    modules = tuple(name.strip() for name in text.split(",") if name.strip())
+    for name in modules:
+        if not all(part.isidentifier() for part in name.split(".")):
+            raise ValueError(
+                f"{name!r} is not a module name; list modules by their dotted names, "
+                "comma-separated, e.g. myagent.steps,billing"
+            )
+    return modules
 
 
 def check_id_setting(value: str | None, kind: slack_ids.IdKind, *, many: bool = False) -> str:

@@ -17,8 +17,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
+import click
 import pytest
 
+from bot.config import Settings
+from bot.dev.run import run_dev
 from bot.standin.workbench import TOKEN_HEADER
 from tests.conftest import ROOT
 from tests.support.dev import dev_command, dev_env
@@ -208,13 +211,27 @@ def _silent_server() -> Iterator[int]:
 def test_a_redis_that_does_not_answer_is_one_line_saying_what_to_do(
     tmp_path: Path, kind: str
 ) -> None:
+    # Only a REDIS_URL `handoff dev` is told to use (--use-redis-url) is tried: run_dev is
+    # called as the command calls it, with the flag.
     with _silent_server() as silent:
         port = silent if kind == "not answering" else free_port()
         started = time.monotonic()
-        env = {**dev_env(), "REDIS_URL": f"redis://127.0.0.1:{port}/0"}
-        line, _ = _refusal(tmp_path, free_port(), free_port(), env)
+        settings = Settings(redis_url=f"redis://127.0.0.1:{port}/0")
+        with pytest.raises(click.ClickException) as refused:
+            run_dev(
+                settings,
+                data_dir=str(tmp_path / "data"),
+                auto=True,
+                port=free_port(),
+                standin_port=free_port(),
+                keep_running=False,
+                use_redis_url=True,
+            )
 
+    line = refused.value.format_message()
+    assert "\n" not in line
     assert f"Redis at redis://127.0.0.1:{port}/0 is not answering" in line
     assert "REDIS_URL" in line
     assert time.monotonic() - started < 15
     assert processes_using(tmp_path) == []
+    assert not (tmp_path / "data" / "env").exists()  # nothing for agents to find either

@@ -35,7 +35,8 @@ class AsyncHandoffs:
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> AsyncHandoffs:
-        """Connect to Redis at ``url``; ``options`` are those of ``Handoffs``."""
+        """Connect to Redis at ``url``, configured from the environment's HANDOFF_*
+        settings as ``Handoffs.from_url`` is; ``options`` are those of ``Handoffs``."""
         return cls(Handoffs.from_url(url, **options), aioredis.Redis.from_url(url))
 
     async def request_approval(

@@ -27,7 +27,7 @@ from store.models import (
     TaskKind,
 )
 from store.repository import HandoffStore, StoreConfig, TaskPolicy
-from store.settings import StoreSettings, connect
+from store.settings import StoreSettings
 from worker.resume_targets import resolve_target
 
 # While waiting, re-read the handoff this often in case a pub/sub message was missed
@@ -139,8 +139,11 @@ class Handoffs:
         default_channel: str | None = None,
         default_reviewers: Sequence[str] = (),
         default_expires_in: timedelta | None = None,
+        resume_modules: Sequence[str] | None = None,
     ) -> None:
         self.redis = redis
+        # None: this process's HANDOFF_RESUME_MODULES (worker.resume_targets).
+        self._resume_modules = None if resume_modules is None else tuple(resume_modules)
         self.store = HandoffStore(
             redis,
             StoreConfig(
@@ -148,6 +151,7 @@ class Handoffs:
                 max_payload_bytes=max_payload_bytes,
                 retention_seconds=retention.total_seconds(),
                 tasks=tasks or TaskPolicy(),
+                resume_modules=self._resume_modules or (),
             ),
         )
         self.default_channel = default_channel
@@ -156,10 +160,14 @@ class Handoffs:
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> Handoffs:
-        """Connect to Redis at ``url``; ``options`` are those of the constructor. The client
-        resends a command whose connection failed (``store.settings.connect``), so a create
-        or a decision whose reply was lost returns what it did."""
-        return cls(connect(url), **options)
+        """Connect to Redis at ``url``, configured as ``from_env`` configures the client
+        (HANDOFF_NAMESPACE and every other HANDOFF_* setting of the environment, so that the
+        agent writes where the workers read): ``url`` takes the place of REDIS_URL only, and
+        ``options`` (those of the constructor) override the rest. The client resends a
+        command whose connection failed (``store.settings.connect``), so a create or a
+        decision whose reply was lost returns what it did. Raises ``ConfigurationError``
+        naming the variable when a setting is malformed."""
+        return cls.from_settings(StoreSettings.from_env(redis_url=url), **options)
 
     @classmethod
     def from_env(cls, **options: Any) -> Handoffs:
@@ -180,6 +188,7 @@ class Handoffs:
             "max_payload_bytes": config.max_payload_bytes,
             "retention": timedelta(seconds=config.retention_seconds),
             "tasks": config.tasks,
+            "resume_modules": config.resume_modules,
         }
         client = redis if redis is not None else settings.open_redis()
         return cls(client, **{**from_settings, **options})
@@ -278,7 +287,8 @@ class Handoffs:
         """Create a handoff of any type from a payload dict (what the typed methods call).
 
         Raises ``InvalidHandoffRequest`` (unknown type, missing or bad fields),
-        ``PayloadTooLarge`` or ``InvalidResumeTarget``, and ``TypeError`` for an option
+        ``PayloadTooLarge`` or ``InvalidResumeTarget`` (``ResumeTargetRefused`` for a
+        target outside ``HANDOFF_RESUME_MODULES``), and ``TypeError`` for an option
         that is not one of ``RequestOptions`` (as do the typed methods); nothing is
         written then.
         """
@@ -297,7 +307,9 @@ class Handoffs:
             )
         resume = options.get("resume")
         if resume:
-            resolve_target(resume)
+            # Refused early, as the worker would refuse it, when this process lists the
+            # modules resume targets may come from (HANDOFF_RESUME_MODULES).
+            resolve_target(resume, allowed=self._resume_modules)
         expires_in = options.get("expires_in", self.default_expires_in)
         if isinstance(expires_in, timedelta):
             expires_in = expires_in.total_seconds()

@@ -23,9 +23,9 @@ from rq.timeouts import JobTimeoutException
 from store import defaults
 from store.models import Handoff, PostWindow, TaskKind
 from store.repository import UNCHANGED, HandoffStore, StoreConfig, TaskStart
-from worker.killable import AttemptFailed, AttemptTimedOut, KillableProcess
+from worker.killable import AttemptFailed, AttemptTimedOut, KillableProcess, TargetRaised
 from worker.notifier import Attempt, DeliveryFailed, LoggingNotifier, Notifier, Undeliverable
-from worker.resume_targets import call_target, resolve_target
+from worker.resume_targets import ResumeTargetRefused, call_target, resolve_target
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +55,9 @@ def run_resume(namespace: str, handoff_id: str) -> str:
 
     def resume(store: HandoffStore, handoff: Handoff, attempt: Attempt) -> dict[str, Any] | None:
         path = handoff.resume_target or ""
-        resolve_target(path)  # an unusable target fails here, with the reason
+        # An unusable target fails here, with the reason; one outside this worker's
+        # HANDOFF_RESUME_MODULES before anything of it is imported, and for good.
+        resolve_target(path)
         # In the worker's resume process, killed at the job's timeout (which ends before
         # the lease lapses): a target that swallows RQ's timeout never runs next to the
         # next attempt.
@@ -70,6 +72,11 @@ def run_resume(namespace: str, handoff_id: str) -> str:
         except AttemptFailed as failed:
             if failed.details:
                 logger.debug("resume target raised in its process:\n%s", failed.details)
+            refused = f"{ResumeTargetRefused.__name__}: "
+            if isinstance(failed, TargetRaised) and str(failed).startswith(refused):
+                # An adapter's entry point refused the path it was to import (its factory,
+                # the approved function): no retry can change that.
+                raise ResumeTargetRefused(str(failed).removeprefix(refused)) from failed
             raise
         except JobTimeoutException as exc:  # RQ's alarm, a moment before our own deadline
             raise AttemptTimedOut(
@@ -150,8 +157,9 @@ def _run_task(
             message_refs=exc.message_refs,
         )
     except Exception as exc:
-        # Undeliverable: no retry can help (Slack refused the message for good).
-        permanent = isinstance(exc, Undeliverable)
+        # No retry can help: Slack refused the message for good (Undeliverable), or the
+        # resume target is not one this worker may import (ResumeTargetRefused).
+        permanent = isinstance(exc, Undeliverable | ResumeTargetRefused)
         error = str(exc) if permanent else f"{type(exc).__name__}: {exc}"
         logger.warning("%s attempt failed: %s", kind.value, error, extra=context)
         logger.debug("%s", traceback.format_exc())

@@ -2,6 +2,13 @@
 
 A target is named by a dotted path ``"package.module:function"`` so that it can be stored
 in Redis and imported by whichever worker runs the resume, possibly weeks later.
+
+Whoever can write to Redis can write such a path, so a worker imports only the modules its
+own ``HANDOFF_RESUME_MODULES`` lists (read from its environment, never from Redis): a path
+outside them is refused before anything is imported (``ResumeTargetRefused``), and its
+resume fails at once, without retries. The adapters' own entry points (``worker.adapters``)
+are always allowed; they check the paths they import in turn (``load_object``). Empty, the
+setting allows any module, as before it existed.
 """
 
 from __future__ import annotations
@@ -10,25 +17,88 @@ import asyncio
 import functools
 import importlib
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from store.exceptions import InvalidResumeTarget
 from store.models import Handoff
+from store.settings import StoreSettings
 
 ResumeTarget = Callable[..., Any]
+
+RESUME_MODULES_SETTING = "HANDOFF_RESUME_MODULES"
+ALWAYS_ALLOWED = ("worker.adapters",)
+"""The adapters' resume entry points: allowed whatever the setting says (they check the
+paths they import themselves)."""
+
+
+class ResumeTargetRefused(InvalidResumeTarget):
+    """A path (a resume target, an adapter's factory or function) whose module is not in
+    ``HANDOFF_RESUME_MODULES``: it is never imported, and a resume naming it fails at once."""
+
+
+_configured: tuple[str, ...] | None = None
+
+
+def allow_resume_modules(modules: Sequence[str] | None) -> None:
+    """Set the modules this process (and the processes it forks) may import resume targets
+    and adapter factories from; ``()`` allows any. ``None`` goes back to reading
+    ``HANDOFF_RESUME_MODULES`` from the environment at the next check. `handoff worker`
+    calls it at start (``worker.runner.run_worker``) with its settings' list."""
+    global _configured
+    _configured = None if modules is None else tuple(modules)
+
+
+def allowed_resume_modules() -> tuple[str, ...]:
+    """The modules this process allows (empty: any): those given to
+    ``allow_resume_modules``, else ``HANDOFF_RESUME_MODULES`` of the environment (and
+    ``.env``), read once. So an RQ worker started some other way than `handoff worker`
+    keeps to the setting too."""
+    global _configured
+    if _configured is None:
+        _configured = StoreSettings.from_env().store_config().resume_modules
+    return _configured
+
+
+def module_allowed(module: str, allowed: Sequence[str]) -> bool:
+    """Whether ``module`` is one of ``allowed`` or lies under one (``a.b`` allows ``a.b``
+    and ``a.b.c``, not ``a.bc``); an empty ``allowed`` allows any."""
+    if not allowed:
+        return True
+    return any(module == entry or module.startswith(entry + ".") for entry in allowed)
+
+
+def check_allowed(
+    path: str, allowed: Sequence[str] | None = None, *, what: str = "resume target"
+) -> None:
+    """Raise ``ResumeTargetRefused`` unless the module of ``path`` (``"module:attribute"``)
+    may be imported: it is in ``allowed`` (default: this process's,
+    ``allowed_resume_modules``) or in ``ALWAYS_ALLOWED``. Imports nothing."""
+    modules = allowed_resume_modules() if allowed is None else tuple(allowed)
+    module = path.partition(":")[0].strip()
+    if module_allowed(module, modules) or module_allowed(module, ALWAYS_ALLOWED):
+        return
+    raise ResumeTargetRefused(
+        f"{what} {path} is not in {RESUME_MODULES_SETTING} ({','.join(modules)}); "
+        f"nothing of it was imported: add {module or 'its module'} to {RESUME_MODULES_SETTING} "
+        "in the environment of the worker (and of the agent) if it is yours"
+    )
+
 
 # Optional keyword arguments a target may declare to receive.
 _EXTRA_ARGUMENTS = ("attempt", "idempotency_key")
 
 
-def resolve_target(path: str) -> ResumeTarget:
+def resolve_target(path: str, *, allowed: Sequence[str] | None = None) -> ResumeTarget:
     """Import and return the callable named by ``"module:function"``.
 
-    Raises ``InvalidResumeTarget`` with the reason when it cannot be imported or called
-    with a single handoff argument. Successful look-ups are cached: agents create many
-    handoffs with the same target, and importing plus inspecting it each time is slow.
+    Raises ``ResumeTargetRefused`` before importing anything when its module is not
+    ``allowed`` (default: this process's ``HANDOFF_RESUME_MODULES``, ``check_allowed``),
+    and ``InvalidResumeTarget`` with the reason when it cannot be imported or called with a
+    single handoff argument. Successful look-ups are cached: agents create many handoffs
+    with the same target, and importing plus inspecting it each time is slow.
     """
+    check_allowed(path, allowed)
     return _resolve_cached(path)
 
 
@@ -92,4 +162,15 @@ async def _await(awaitable: Any) -> Any:
     return await awaitable
 
 
-__all__ = ["ResumeTarget", "call_target", "resolve_target"]
+__all__ = [
+    "ALWAYS_ALLOWED",
+    "RESUME_MODULES_SETTING",
+    "ResumeTarget",
+    "ResumeTargetRefused",
+    "allow_resume_modules",
+    "allowed_resume_modules",
+    "call_target",
+    "check_allowed",
+    "module_allowed",
+    "resolve_target",
+]

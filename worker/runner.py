@@ -35,6 +35,7 @@ from worker import jobs
 from worker.dispatcher import Dispatcher
 from worker.notifier import Notifier
 from worker.queues import TaskQueues, make_queue, slack_queue_name
+from worker.resume_targets import RESUME_MODULES_SETTING, allow_resume_modules
 
 logger = logging.getLogger(__name__)
 
@@ -208,7 +209,19 @@ def run_worker(
     RQ's scheduler is not run: nothing is scheduled through RQ (retries and timers are the
     store's outbox, moved to RQ by the dispatcher), and its process would outlive a worker
     killed outright. With ``burst``, one process dispatches and works until no task is due.
+
+    Resume targets (and the paths the adapters import) are imported only from
+    ``store_config.resume_modules`` (``HANDOFF_RESUME_MODULES``), in this process and every
+    process it forks; with none, from anywhere, and a warning says so.
     """
+    allow_resume_modules(store_config.resume_modules)
+    if not store_config.resume_modules:
+        logger.warning(
+            "%s is not set: this worker imports and calls any resume target a handoff in "
+            "Redis names, so whoever can write to Redis can run code here; set it to your "
+            "agents' modules (comma-separated, e.g. myagent.steps)",
+            RESUME_MODULES_SETTING,
+        )
     if notifier is not None:
         jobs.configure(notifier=notifier)
     if burst:

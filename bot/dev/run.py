@@ -1,12 +1,18 @@
 """`handoff dev`: the whole loop on one machine, with no Slack workspace and no Redis.
 
-It starts an embedded Redis (unless REDIS_URL is set), the local Slack stand-in, the bot
-(`handoff serve`) and a worker, then runs a demo agent that asks for an approval and an
-answer. You decide in the browser workbench the stand-in serves (Slack as a reviewer sees
-it) or in the terminal; either way your choices travel to the bot exactly as Slack would send
-them (signed clicks, modal submissions, a thread reply), and the resumed run reports what it
-received. Run interactively, everything stays up afterwards for more (``--keep-running``);
+It starts an embedded Redis, the local Slack stand-in, the bot (`handoff serve`) and a
+worker, writes ``<data-dir>/env`` for agents (REDIS_URL, HANDOFF_NAMESPACE, HANDOFF_QUEUE),
+then runs a demo agent that asks for an approval and an answer. You decide in the browser
+workbench the stand-in serves (Slack as a reviewer sees it) or in the terminal; either way
+your choices travel to the bot exactly as Slack would send them (signed clicks, modal
+submissions, a thread reply), and the resumed run reports what it received. Run
+interactively, everything stays up afterwards for more (``--keep-running``);
 ``--auto`` decides for you and exits.
+
+It never runs on a REDIS_URL unless told to (``use_redis_url``, `--use-redis-url`): its
+worker would take that Redis's deliveries and resumes, those of a real deployment among them,
+and post them to the stand-in. While it waits for a stage (the bot's start, a post, a resume)
+longer than a few seconds it says so; with NO_COLOR set, nothing it prints is styled.
 
 This module starts and stops the processes; what the terminal shows and reads is in
 ``bot.dev.terminal``. Everything it starts stops with it, however it is ended (Ctrl-C, SIGTERM,
@@ -22,6 +28,7 @@ import logging
 import os
 import re
 import secrets
+import shlex
 import signal
 import socket
 import subprocess
@@ -29,7 +36,8 @@ import sys
 import time
 import urllib.request
 import uuid
-from contextlib import ExitStack, suppress
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
 from types import FrameType, TracebackType
 from urllib.parse import urlsplit, urlunsplit
@@ -55,7 +63,9 @@ from bot.dev.terminal import (
 )
 from bot.standin import Message, SlackStandIn, StandInUser
 from bot.standin.workbench import TOKEN_HEADER
+from store.settings import StoreSettings
 from worker.client import Handoffs
+from worker.resume_targets import RESUME_MODULES_SETTING
 
 DEV_CHANNEL = "C0DEVAPPROVALS"
 DEV_REVIEWER = StandInUser("U0DEVREVIEWER", "you", real_name="You (reviewer)")
@@ -65,6 +75,12 @@ DEV_TEAMMATE = StandInUser("U0DEVTEAMMATE", "sam", real_name="Sam")
 DEV_USERS = [DEV_REVIEWER, DEV_ADMIN, DEV_TEAMMATE]
 """The people of the stand-in workspace; the workbench's user switcher offers them."""
 _WAIT_SECONDS = 60
+_QUIET_SECONDS = 3.0
+"""How long a stage may keep the terminal silent before `handoff dev` says what it waits for."""
+_PROGRESS_SECONDS = 5.0
+"""How often it says so again while the stage lasts."""
+AGENT_ENV_FILE = "env"
+"""The file in the data folder that tells agents where this run's Redis is."""
 _STOP_SECONDS = 5.0
 """How long the bot and the worker get to stop by themselves before they are killed."""
 _REDIS_CHECK_SECONDS = 2.0
@@ -146,6 +162,7 @@ def run_dev(
     port: int,
     standin_port: int,
     keep_running: bool,
+    use_redis_url: bool = False,
 ) -> int:
     """Run the demo end to end; returns the exit code.
 
@@ -153,8 +170,33 @@ def run_dev(
     terminal, and everything keeps running afterwards, as with ``keep_running``. A stop
     signal during the demo exits with 128 + its number; after it, with ``keep_running``, it is
     the usual way to stop and exits with the demo's code.
+
+    It runs on an embedded Redis of its own; with REDIS_URL set it refuses
+    (``RedisUrlRefused``) unless ``use_redis_url`` (`--use-redis-url`) says to run on it.
     """
-    keep_running = keep_running or not auto
+    with _colors_unless_no_color():
+        return _run_dev(
+            settings,
+            data_dir=data_dir,
+            auto=auto,
+            port=port,
+            standin_port=standin_port,
+            keep_running=keep_running or not auto,
+            use_redis_url=use_redis_url,
+        )
+
+
+def _run_dev(
+    settings: Settings,
+    *,
+    data_dir: str,
+    auto: bool,
+    port: int,
+    standin_port: int,
+    keep_running: bool,
+    use_redis_url: bool,
+) -> int:
+    redis_url = choose_redis(settings, use_redis_url=use_redis_url)
     # Keep the terminal for the demo; the services log to files in the data folder.
     logging.getLogger().setLevel(logging.WARNING)
     # Before anything starts: a port taken (by a `handoff dev` still running, say) must not
@@ -168,6 +210,7 @@ def run_dev(
             return _run(
                 settings,
                 signals,
+                redis_url=redis_url,
                 folder=Path(data_dir),
                 auto=auto,
                 port=port,
@@ -178,10 +221,77 @@ def run_dev(
             return 128 + stopped.signum
 
 
+class RedisUrlRefused(click.ClickException):
+    """REDIS_URL is set and `--use-redis-url` was not given (or the other way round): one
+    line, and exit status 2 like a usage error."""
+
+    exit_code = 2
+
+
+def choose_redis(settings: StoreSettings, *, use_redis_url: bool) -> str | None:
+    """The Redis `handoff dev` runs on: None for an embedded one of its own (the default),
+    REDIS_URL with ``use_redis_url``. Raises ``RedisUrlRefused`` when REDIS_URL is set
+    (in the environment or .env) without ``use_redis_url``: its worker would take that
+    Redis's handoffs, a real deployment's among them, and post them to the stand-in."""
+    if use_redis_url:
+        if not settings.redis_url:
+            raise RedisUrlRefused(
+                "--use-redis-url runs on REDIS_URL, which is not set; set it, or leave the "
+                "flag out to use an embedded Redis"
+            )
+        return settings.redis_url
+    if settings.redis_url:
+        raise RedisUrlRefused(
+            f"REDIS_URL is set ({_shown_url(settings.redis_url)}), and the worker of handoff "
+            "dev would take the handoffs in that Redis, a real deployment's included, and post "
+            "them to its fake Slack; unset REDIS_URL (in the environment or .env) to use an "
+            "embedded Redis, or pass --use-redis-url to use it (only a Redis with no real "
+            "deployment on it)"
+        )
+    return None
+
+
+@contextmanager
+def _colors_unless_no_color() -> Iterator[None]:
+    """No styles in anything printed while entered when NO_COLOR is set and not empty
+    (no-color.org); click has no such rule of its own, it only leaves styles out of what
+    is not a terminal."""
+    if not os.environ.get("NO_COLOR"):
+        yield
+        return
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:  # called from Python, not from the command line
+        with click.Context(click.Command("dev"), color=False):
+            yield
+        return
+    previous, ctx.color = ctx.color, False
+    try:
+        yield
+    finally:
+        ctx.color = previous
+
+
+class _Waiting:
+    """Says what `handoff dev` waits for, once a stage has kept the terminal silent for
+    ``_QUIET_SECONDS``, and again every ``_PROGRESS_SECONDS``: call ``tick`` while waiting."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.started = time.monotonic()
+        self._next = self.started + _QUIET_SECONDS
+
+    def tick(self) -> None:
+        now = time.monotonic()
+        if now >= self._next:
+            click.echo(f"  waiting for {self.what} ({now - self.started:.0f} s)...")
+            self._next = now + _PROGRESS_SECONDS
+
+
 def _run(
     settings: Settings,
     signals: _StopSignals,
     *,
+    redis_url: str | None,
     folder: Path,
     auto: bool,
     port: int,
@@ -193,13 +303,21 @@ def _run(
     # Redis they write to on the way out is still there.
     stack = ExitStack()
     try:
-        redis_url = settings.redis_url
-        if not redis_url:
+        if redis_url is None:
             server = _start_embedded_redis(folder / "redis")
             stack.callback(server.stop)
             redis_url = server.connection_url
             click.echo(f"Embedded Redis at {redis_url} (data kept in {folder / 'redis'})")
+        else:
+            click.echo(f"Using the Redis at {_shown_url(redis_url)} (REDIS_URL)")
         _check_redis(redis_url)
+        resume_modules = _dev_resume_modules(settings)
+        env_file = _write_agent_env(folder, redis_url, settings)
+        stack.callback(_remove_agent_env, *env_file)
+        click.echo(
+            f"Agents: set -a && . {_sourceable(env_file[0])} && set +a  "
+            "(REDIS_URL, HANDOFF_NAMESPACE, HANDOFF_QUEUE of this run, for Handoffs.from_env())"
+        )
         signing_secret = secrets.token_hex(16)
         bot_token = dev_bot_token()
         standin = SlackStandIn(
@@ -227,13 +345,31 @@ def _run(
                 f"  Only that page may act through it; a script of yours sends the header "
                 f"{TOKEN_HEADER}: {standin.workbench.token} (new every run)"
             )
-        env = _child_env(redis_url, standin.api_url, signing_secret, bot_token, admins=admins)
+        env = _child_env(
+            redis_url,
+            standin.api_url,
+            signing_secret,
+            bot_token,
+            admins=admins,
+            resume_modules=resume_modules,
+        )
         services = _Services(folder)
         stack.callback(services.stop)
         services.spawn(["serve", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"], env)
         services.spawn(["worker", "--name", f"dev-{uuid.uuid4().hex[:6]}"], env)
         try:
-            return _demo(standin, services, settings, redis_url, port, auto, keep_running)
+            return _demo(
+                standin,
+                services,
+                Handoffs.from_settings(
+                    settings, redis=_demo_redis(redis_url), resume_modules=resume_modules
+                ),
+                redis_url,
+                port,
+                auto,
+                keep_running,
+                env_file=env_file[0],
+            )
         except RedisError as exc:
             raise click.ClickException(
                 f"lost Redis at {_shown_url(redis_url)} ({_one_line(exc)}); "
@@ -244,21 +380,25 @@ def _run(
         stack.close()
 
 
+def _demo_redis(redis_url: str) -> Redis:
+    # Blocking reads wait a second at a time; past this, Redis is not answering.
+    return Redis.from_url(
+        redis_url, socket_connect_timeout=_REDIS_CHECK_SECONDS, socket_timeout=_WAIT_SECONDS + 5
+    )
+
+
 def _demo(
     standin: SlackStandIn,
     services: _Services,
-    settings: Settings,
+    handoffs: Handoffs,
     redis_url: str,
     port: int,
     auto: bool,
     keep_running: bool,
+    *,
+    env_file: Path,
 ) -> int:
     services.wait_healthy(port)
-    # Blocking reads wait up to _WAIT_SECONDS; past that, Redis is not answering.
-    redis = Redis.from_url(
-        redis_url, socket_connect_timeout=_REDIS_CHECK_SECONDS, socket_timeout=_WAIT_SECONDS + 5
-    )
-    handoffs = Handoffs.from_settings(settings, redis=redis)
     handoffs.redis.delete(RESUMED_LIST)
     run_id = f"demo-run-{uuid.uuid4().hex[:8]}"
     click.echo(f"\nThe demo agent started run {run_id}. It needs a person twice.\n")
@@ -285,8 +425,9 @@ def _demo(
         )
     if keep_running and code == 0:
         click.echo(
-            f"\nStill running: REDIS_URL={redis_url} (logs in {services.folder}). "
-            "Create handoffs from your agent with Handoffs.from_url(...); they appear in "
+            f"\nStill running: REDIS_URL={_shown_url(redis_url)} (logs in {services.folder}). "
+            f"Create handoffs from your agent with Handoffs.from_env() after "
+            f"`set -a && . {_sourceable(env_file)} && set +a`; they appear in "
             f"the workbench at {standin.url} (switch to {DEV_ADMIN.name} to try "
             "`/handoff list`). Ctrl-C stops."
         )
@@ -327,7 +468,9 @@ class _Services:
 
     def wait_healthy(self, port: int) -> None:
         deadline = time.monotonic() + _WAIT_SECONDS
+        waiting = _Waiting("the bot to answer /healthz")
         while time.monotonic() < deadline:
+            waiting.tick()
             for name, process in zip(self.commands, self.processes, strict=True):
                 if process.poll() is not None:
                     raise click.ClickException(
@@ -396,7 +539,7 @@ def _start_embedded_redis(data_dir: Path) -> ValkeyServer:
     except ValkeyServerError as exc:
         raise click.ClickException(
             f"the embedded Redis did not start ({_one_line(exc)}); see {data_dir}, or set "
-            "REDIS_URL to use a Redis of yours"
+            "REDIS_URL and pass --use-redis-url to use a Redis of yours"
         ) from None
 
 
@@ -413,7 +556,7 @@ def _check_redis(redis_url: str) -> None:
     except RedisError as exc:
         raise click.ClickException(
             f"Redis at {_shown_url(redis_url)} is not answering ({_one_line(exc)}); start it "
-            "or fix REDIS_URL, or unset REDIS_URL to use an embedded one"
+            "or fix REDIS_URL, or leave out --use-redis-url to use an embedded one"
         ) from None
     finally:
         client.close()
@@ -443,10 +586,68 @@ def dev_bot_token() -> str:
     return f"xoxb-dev-{secrets.token_urlsafe(24)}"
 
 
+def _write_agent_env(folder: Path, redis_url: str, settings: StoreSettings) -> tuple[Path, bytes]:
+    """Write ``<folder>/env``: where agents find this run (the values its bot and worker
+    use), as lines a shell can source; returns its path and what was written. Readable by
+    its owner only: a REDIS_URL may carry a password."""
+    path = folder / AGENT_ENV_FILE
+    text = (
+        f"# handoff dev {secrets.token_hex(6)} (pid {os.getpid()}); removed when it stops. "
+        f"Agents: set -a && . {_sourceable(path)} && set +a\n"
+        f"REDIS_URL={shlex.quote(redis_url)}\n"
+        f"HANDOFF_NAMESPACE={shlex.quote(settings.namespace)}\n"
+        f"HANDOFF_QUEUE={shlex.quote(settings.queue)}\n"
+    ).encode()
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)  # whatever the umask, and a leftover's mode
+        os.write(fd, text)
+    finally:
+        os.close(fd)
+    os.replace(partial, path)
+    return path, text
+
+
+def _remove_agent_env(path: Path, written: bytes) -> None:
+    """Remove the agents' file when this run stops (it would point them at a Redis that is
+    gone), unless another run has written its own since."""
+    with suppress(OSError):
+        if path.read_bytes() == written:
+            path.unlink()
+
+
+def _sourceable(path: Path) -> str:
+    """``path`` as ``.`` takes it: quoted for the shell, and with a slash (without one,
+    ``. env`` looks in PATH first)."""
+    shown = str(path) if path.is_absolute() or "/" in str(path) else f"./{path}"
+    return shlex.quote(shown)
+
+
+DEMO_MODULE = "bot.dev.demo_agent"
+"""Where the demo's resume target lives: allowed in the dev worker whatever the
+environment's HANDOFF_RESUME_MODULES lists."""
+
+
+def _dev_resume_modules(settings: StoreSettings) -> tuple[str, ...]:
+    """HANDOFF_RESUME_MODULES for the demo and the dev worker: the environment's, with the
+    demo's module added when it lists any (empty, it allows every module already)."""
+    listed = settings.store_config().resume_modules
+    return (*listed, DEMO_MODULE) if listed and DEMO_MODULE not in listed else listed
+
+
 def _child_env(
-    redis_url: str, api_url: str, signing_secret: str, bot_token: str, *, admins: str
+    redis_url: str,
+    api_url: str,
+    signing_secret: str,
+    bot_token: str,
+    *,
+    admins: str,
+    resume_modules: tuple[str, ...] = (),
 ) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLACK_")}
+    if resume_modules:
+        env[RESUME_MODULES_SETTING] = ",".join(resume_modules)
     env.update(
         {
             "REDIS_URL": redis_url,
@@ -465,7 +666,9 @@ def _child_env(
 
 def _wait_posted(standin: SlackStandIn, handoffs: Handoffs, handoff_id: str) -> Message:
     deadline = time.monotonic() + _WAIT_SECONDS
+    waiting = _Waiting(f"the worker to post handoff {handoff_id}")
     while time.monotonic() < deadline:
+        waiting.tick()
         refs = handoffs.get(handoff_id).message_refs
         if refs.get("ts"):
             return standin.message(refs["channel"], refs["ts"])
@@ -477,9 +680,11 @@ def _wait_updated(
     standin: SlackStandIn, handoffs: Handoffs, handoff_id: str
 ) -> list[dict[str, object]]:
     deadline = time.monotonic() + _WAIT_SECONDS
+    waiting = _Waiting(f"the worker to update the message of handoff {handoff_id}")
     while (
         time.monotonic() < deadline and handoffs.get(handoff_id).notify.state.value != "completed"
     ):
+        waiting.tick()
         time.sleep(0.05)
     refs = handoffs.get(handoff_id).message_refs
     return standin.message(refs["channel"], refs["ts"]).blocks
@@ -487,7 +692,12 @@ def _wait_updated(
 
 def _report_resumes(redis: Redis, *, expected: int) -> int:
     for _ in range(expected):
-        item = redis.blpop([RESUMED_LIST], timeout=_WAIT_SECONDS)
+        deadline = time.monotonic() + _WAIT_SECONDS
+        waiting = _Waiting("the worker to resume the demo run")
+        item = None
+        while item is None and time.monotonic() < deadline:
+            waiting.tick()
+            item = redis.blpop([RESUMED_LIST], timeout=1)
         if item is None:
             click.secho("The worker did not resume the run in time; see worker.log.", fg="red")
             return 1

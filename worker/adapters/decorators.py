@@ -61,6 +61,7 @@ from worker.adapters.pauses import (
     proposed_action,
 )
 from worker.client import Handoffs, RequestOptions, reject_unknown_options
+from worker.resume_targets import ResumeTargetRefused
 
 logger = logging.getLogger(__name__)
 
@@ -599,6 +600,8 @@ def _importable_path(fn: Callable[..., Any]) -> str:
     path = f"{fn.__module__}:{fn.__qualname__}"
     try:
         found = load_object(path)
+    except ResumeTargetRefused:
+        raise  # its module is not in HANDOFF_RESUME_MODULES: the worker would refuse it too
     except ValueError:
         found = None
     if getattr(found, "__wrapped__", found) is not fn:

@@ -66,6 +66,7 @@ from store.decoding import as_text
 from store.exceptions import HandoffError, InvalidHandoffRequest
 from store.models import ApprovalPayload, Handoff, ProposedAction, Status
 from worker.client import Handoffs, RequestOptions
+from worker.resume_targets import check_allowed
 
 logger = logging.getLogger(__name__)
 
@@ -455,10 +456,18 @@ _built: dict[str, Any] = {}
 
 
 def load_object(path: str) -> Any:
-    """Import and return the object named by ``"package.module:attribute"``."""
+    """Import and return the object named by ``"package.module:attribute"``.
+
+    The paths an adapter keeps with its handoffs (a graph or agent factory, an approved
+    function, an ``on_finish`` or ``then`` target) are imported by the worker that resumes
+    them, so they keep to its ``HANDOFF_RESUME_MODULES`` as resume targets do: one outside
+    it raises ``ResumeTargetRefused`` before anything is imported (and the resume fails at
+    once). In agent code the setting of the agent's environment applies, when it has one.
+    """
     module_name, sep, attribute = path.partition(":")
     if not sep or not module_name or not attribute:
         raise InvalidFactory(f"{path!r} must look like 'package.module:function'")
+    check_allowed(path, what="adapter path")
     try:
         target: Any = importlib.import_module(module_name)
     except Exception as exc:  # any import-time error makes the factory unusable
