@@ -97,6 +97,11 @@ class Settings(StoreSettings):
         ge=0,
         description="How long the workspace's user groups and their members are cached.",
     )
+    api_creates_per_minute: int = Field(
+        default=600,
+        ge=1,
+        description="Handoffs an HTTP API key may create a minute (unless the key sets its own).",
+    )
     slash_command: str = Field(
         default=defaults.SLASH_COMMAND,
         pattern=r"^/[a-z0-9_-]{1,31}$",

@@ -18,6 +18,7 @@ key                                    type    contents
 ``{ns}:pending:run:<run_id>``          zset    pending ids of an agent run
 ``{ns}:pending:reviewer:<user>``       zset    pending ids a reviewer (user or group) may decide
 ``{ns}:pending:type:<request_type>``   zset    pending ids of one request type
+``{ns}:pending:key:<api key name>``    zset    pending ids an HTTP API key created
 ``{ns}:deadlines``                     zset    pending id -> expiry time (ms)
 ``{ns}:outbox``                        zset    ``<task>:<id>`` -> when due (ms); tasks are
                                                ``deliver``, ``resume`` and ``notify``
@@ -34,6 +35,9 @@ key                                    type    contents
 ``{ns}:retention``                     zset    decided id -> when it may be purged (ms)
 ``{ns}:wake``                          list    at most one token; wakes the dispatcher
 ``{ns}:decided:<id>``                  pubsub  status published when the handoff is decided
+``{ns}:apikey:<sha256>``               string  an API key's record (JSON), by its key's hash
+``{ns}:apikeys``                       hash    API key name -> its key's hash
+``{ns}:apirate:<name>:<minute>``       string  creates by a key in one minute (expires)
 =====================================  ======  ===============================================
 
 Handoff hashes have no TTL: a pending handoff never disappears on its own, and a decided
@@ -107,6 +111,10 @@ class KeySpace:
         """Pending handoffs of one request type."""
         return f"{self.prefix}pending:type:{request_type}"
 
+    def pending_by_key(self, key_name: str) -> str:
+        """Pending handoffs created by one HTTP API key."""
+        return f"{self.prefix}pending:key:{key_name}"
+
     @functools.cached_property
     def deadlines(self) -> str:
         """Expiry times of pending handoffs."""
@@ -155,3 +163,16 @@ class KeySpace:
     def decided_channel(self, handoff_id: str) -> str:
         """The pub/sub channel on which a decision is announced."""
         return f"{self.prefix}decided:{handoff_id}"
+
+    def api_key(self, digest: str) -> str:
+        """An API key's record, found by the SHA-256 of the key (the key is never stored)."""
+        return f"{self.prefix}apikey:{digest}"
+
+    @functools.cached_property
+    def api_key_names(self) -> str:
+        """API key names -> the hash of each key."""
+        return f"{self.prefix}apikeys"
+
+    def api_rate(self, name: str, minute: int) -> str:
+        """How many handoffs the key ``name`` created in one minute (since the epoch)."""
+        return f"{self.prefix}apirate:{name}:{minute}"

@@ -142,6 +142,13 @@ ReviewerId = Annotated[str, _slack_id(slack_ids.REVIEWER)]
 EscalationTarget = Annotated[str, _slack_id(slack_ids.ESCALATION_TARGET)]
 
 
+class Callback(_Strict):
+    """Where a worker POSTs the decided handoff (a webhook), instead of calling a resume
+    target: the way agents in other languages and other machines are resumed."""
+
+    url: str = Field(min_length=1, max_length=2048)
+
+
 class HandoffRequest(_Strict):
     """Everything an agent sends to create a handoff. Stored as-is and never changed."""
 
@@ -164,6 +171,9 @@ class HandoffRequest(_Strict):
     escalate_after_seconds: float | None = Field(default=None, ge=0)
     escalate_to: EscalationTarget | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
+    api_key: str | None = Field(default=None, max_length=64)
+    """The name of the HTTP API key that created the handoff (None: Python code)."""
+    callback: Callback | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -302,6 +312,9 @@ class Handoff(BaseModel):
     escalate_to: str | None = None
     escalated_at: datetime | None = None
     reminders_sent: int = 0
+    api_key: str | None = None
+    """The name of the HTTP API key that created it; None: created by Python code."""
+    callback: Callback | None = None
     version: int = 0
 
     @property
@@ -348,6 +361,8 @@ class Handoff(BaseModel):
                 "resume_target": request.resume_target,
                 "idempotency_key": request.idempotency_key,
                 "metadata": request.metadata,
+                "api_key": request.api_key,
+                "callback": request.callback,
                 "created_at": created_at,
                 "expires_at": expires_at,
                 "delivery": delivery,

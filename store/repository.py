@@ -256,7 +256,7 @@ class HandoffStore:
                 request.idempotency_key or "",
                 expires_ms,
                 to_json(self._pending_indexes(request)),
-                "1" if request.resume_target else "0",
+                "1" if request.resume_target or request.callback else "0",
                 request.request_type.value,
                 policy_json,
                 actor,
@@ -301,6 +301,8 @@ class HandoffStore:
         if request.channel:
             keys.append(self.keys.pending_by_channel(request.channel))
         keys.extend(self.keys.pending_by_reviewer(r) for r in dict.fromkeys(request.reviewers))
+        if request.api_key:
+            keys.append(self.keys.pending_by_key(request.api_key))
         return keys
 
     # -- reads --------------------------------------------------------------------------
@@ -692,7 +694,8 @@ class HandoffStore:
             raise HandoffNotFound(handoff_id)
         if verdict == "not_escalation":
             raise InvalidDecision(
-                f"handoff {handoff_id} is a {as_text(result[1])}; only escalations are claimed"
+                f"handoff {handoff_id} is {_article(as_text(result[1]))}; only escalations "
+                "are claimed"
             )
         if verdict == "already":
             raise _already_decided(handoff_id, result)
@@ -1087,3 +1090,8 @@ __all__ = [
     "TaskPolicy",
     "TaskStart",
 ]
+
+
+def _article(noun: str) -> str:
+    """``noun`` with its indefinite article: "an approval", "a question"."""
+    return f"{'an' if noun[:1] in 'aeiou' else 'a'} {noun}"

@@ -150,6 +150,14 @@ class StoreSettings(BaseSettings):
         "(`pkg.mod:fn` is allowed when pkg.mod is one or lies under one); the worker imports "
         "nothing else a handoff names. Empty: any module (a worker warns at start).",
     )
+    webhook_allowed_hosts: str = Field(
+        default="",
+        description="Comma-separated hosts callbacks may reach over http or at private, "
+        "loopback or link-local addresses (otherwise: https to public addresses only).",
+    )
+    webhook_timeout_seconds: float = Field(
+        default=10.0, gt=0, le=120, description="Longest wait for a callback's answer."
+    )
 
     @field_validator("redis_url", mode="before")
     @classmethod

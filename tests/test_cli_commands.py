@@ -149,7 +149,9 @@ def test_exit_codes_tell_not_found_from_conflict(redis: Redis, run: Run) -> None
     assert missing.exit_code == ExitCode.NOT_FOUND and "no handoff with id" in missing.output
     assert decided_twice.exit_code == ExitCode.CONFLICT
     assert not_failed.exit_code == ExitCode.CONFLICT
-    assert wrong_kind.exit_code in (ExitCode.USAGE, ExitCode.CONFLICT)
+    assert wrong_kind.exit_code == ExitCode.USAGE and "only escalations are claimed" in (
+        wrong_kind.output
+    )
     for result in (missing, decided_twice, not_failed, wrong_kind):
         assert result.exception is None or isinstance(result.exception, SystemExit)
 

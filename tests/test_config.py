@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import re
-
 import pytest
 from pydantic import ValidationError
 from redis import Redis
@@ -12,20 +10,12 @@ from bot.config import Settings
 from store import exceptions as store_exceptions
 from store.exceptions import ConfigurationError, HandoffError
 from store.settings import StoreSettings
-from tests.conftest import ROOT
 
 
 def _env_name(field_name: str) -> str:
     alias = Settings.model_fields[field_name].validation_alias
     choices = getattr(alias, "choices", None)
     return str(choices[0]) if choices else f"HANDOFF_{field_name.upper()}"
-
-
-def test_every_setting_is_in_the_readme_configuration_table() -> None:
-    readme = (ROOT / "README.md").read_text()
-    documented = set(re.findall(r"^\| `([A-Z_]+)` \|", readme, flags=re.MULTILINE))
-    expected = {_env_name(name) for name in Settings.model_fields}
-    assert documented == expected
 
 
 def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -42,7 +42,7 @@ python3 -m venv .venv && .venv/bin/pip install -e '.[test]' && .venv/bin/pytest
 """The README's first lines: CI (`.ci/run`) and users run these two commands as written."""
 
 GLOBAL_OPTIONS = frozenset({"-v", "--verbose", "--version", "--help"})
-READ_BY = frozenset({"agent", "bot", "worker", "dispatcher", "all"})
+READ_BY = frozenset({"agent", "bot", "api", "worker", "dispatcher", "all"})
 SHELL_FENCES = frozenset({"", "bash", "sh", "shell", "console"})
 
 

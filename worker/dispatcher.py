@@ -24,19 +24,11 @@ from rq.job import JobStatus
 
 from store import defaults
 from store.decoding import as_text
-from store.models import TaskKind
 from store.repository import DueTask, HandoffStore
-from worker.queues import TaskQueues
+from worker.queues import JOB_FUNCTIONS, TaskQueues
 
 logger = logging.getLogger(__name__)
 
-JOB_FUNCTIONS: dict[TaskKind, str] = {
-    TaskKind.DELIVER: "worker.jobs.run_delivery",
-    TaskKind.RESUME: "worker.jobs.run_resume",
-    TaskKind.NOTIFY: "worker.jobs.run_notify",
-    TaskKind.REMIND: "worker.jobs.run_remind",
-    TaskKind.ESCALATE: "worker.jobs.run_escalate",
-}
 
 # Keep finished RQ jobs briefly: the store, not RQ, is the record of what happened.
 _RESULT_TTL_SECONDS = 600

@@ -26,16 +26,22 @@ from store.repository import UNCHANGED, HandoffStore, StoreConfig, TaskStart
 from worker.killable import AttemptFailed, AttemptTimedOut, KillableProcess, TargetRaised
 from worker.notifier import Attempt, DeliveryFailed, LoggingNotifier, Notifier, Undeliverable
 from worker.resume_targets import ResumeTargetRefused, call_target, resolve_target
+from worker.webhooks import WebhookConfig, send_callback
 
 logger = logging.getLogger(__name__)
 
 _notifier: Notifier = LoggingNotifier()
+_webhooks = WebhookConfig()
 
 
-def configure(*, notifier: Notifier) -> None:
-    """Set the notifier delivery jobs use in this process (and the work horses it forks)."""
-    global _notifier
-    _notifier = notifier
+def configure(*, notifier: Notifier | None = None, webhooks: WebhookConfig | None = None) -> None:
+    """Set the notifier delivery jobs use, and how callbacks are sent, in this process (and
+    the work horses it forks)."""
+    global _notifier, _webhooks
+    if notifier is not None:
+        _notifier = notifier
+    if webhooks is not None:
+        _webhooks = webhooks
 
 
 def run_delivery(namespace: str, handoff_id: str) -> str:
@@ -51,9 +57,15 @@ def run_delivery(namespace: str, handoff_id: str) -> str:
 
 
 def run_resume(namespace: str, handoff_id: str) -> str:
-    """RQ job: call the handoff's resume target with the decided handoff."""
+    """RQ job: call the handoff's resume target with the decided handoff, or POST it to its
+    callback URL (``worker.webhooks``)."""
 
     def resume(store: HandoffStore, handoff: Handoff, attempt: Attempt) -> dict[str, Any] | None:
+        if handoff.callback is not None:
+            # In this process, with the webhook's own timeout (well inside the job's): no
+            # agent code runs, only an HTTP request.
+            status = send_callback(store, handoff, _webhooks)
+            return {"callback_status": status}
         path = handoff.resume_target or ""
         # An unusable target fails here, with the reason; one outside this worker's
         # HANDOFF_RESUME_MODULES before anything of it is imported, and for good.

@@ -9,14 +9,71 @@ moves jobs with BLMOVE, atomically).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
+from typing import Any
 
 from redis import Redis
 from rq import Queue
+from rq.job import Job
 from rq.serializers import JSONSerializer
 
 from store import defaults
 from store.models import TaskKind
+
+logger = logging.getLogger(__name__)
+
+JOB_FUNCTIONS: dict[TaskKind, str] = {
+    TaskKind.DELIVER: "worker.jobs.run_delivery",
+    TaskKind.RESUME: "worker.jobs.run_resume",
+    TaskKind.NOTIFY: "worker.jobs.run_notify",
+    TaskKind.REMIND: "worker.jobs.run_remind",
+    TaskKind.ESCALATE: "worker.jobs.run_escalate",
+}
+"""The function each task's RQ job calls; the only functions the workers call."""
+
+
+class UnknownJobFunction(Exception):
+    """An RQ job names a function the workers do not run."""
+
+
+class ProjectJob(Job):
+    """An RQ job that calls only the project's job functions.
+
+    RQ imports and calls whatever function a job record names, and its callbacks' too; a
+    job record is a Redis hash, so whoever can write to Redis could have a worker call
+    ``os.system``. This job class refuses every function but ``JOB_FUNCTIONS`` (the job
+    fails, nothing is imported) and ignores callbacks (the project sets none).
+    """
+
+    @property
+    def func(self) -> Any:
+        name = self.func_name
+        if name not in _ALLOWED or self.instance is not None:
+            raise UnknownJobFunction(
+                f"job {self.id} names {name!r}, which is not one of the project's job "
+                "functions; refused (only worker.jobs.run_* are run)"
+            )
+        return super().func
+
+    @property
+    def success_callback(self) -> None:
+        return self._refused_callback(self._success_callback_name)
+
+    @property
+    def failure_callback(self) -> None:
+        return self._refused_callback(self._failure_callback_name)
+
+    @property
+    def stopped_callback(self) -> None:
+        return self._refused_callback(self._stopped_callback_name)
+
+    def _refused_callback(self, name: str | None) -> None:
+        if name:
+            logger.warning("job %s names a callback %r; ignored", self.id, name)
+
+
+_ALLOWED = frozenset(JOB_FUNCTIONS.values())
 
 SLACK_TASKS = frozenset({TaskKind.DELIVER, TaskKind.NOTIFY, TaskKind.REMIND, TaskKind.ESCALATE})
 """The tasks that call Slack (through the notifier)."""
@@ -24,7 +81,7 @@ SLACK_TASKS = frozenset({TaskKind.DELIVER, TaskKind.NOTIFY, TaskKind.REMIND, Tas
 
 def make_queue(redis: Redis, queue_name: str = defaults.QUEUE_NAME) -> Queue:
     """An RQ queue of the project's, with the JSON serializer."""
-    return Queue(queue_name, connection=redis, serializer=JSONSerializer)
+    return Queue(queue_name, connection=redis, serializer=JSONSerializer, job_class=ProjectJob)
 
 
 def slack_queue_name(queue_name: str = defaults.QUEUE_NAME) -> str:

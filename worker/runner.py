@@ -34,8 +34,9 @@ from store.repository import HandoffStore, StoreConfig
 from worker import jobs
 from worker.dispatcher import Dispatcher
 from worker.notifier import Notifier
-from worker.queues import TaskQueues, make_queue, slack_queue_name
+from worker.queues import ProjectJob, TaskQueues, make_queue, slack_queue_name
 from worker.resume_targets import RESUME_MODULES_SETTING, allow_resume_modules
+from worker.webhooks import WebhookConfig
 
 logger = logging.getLogger(__name__)
 
@@ -178,6 +179,7 @@ def run_worker(
     fork: bool = False,
     redis_wait_seconds: float = defaults.REDIS_WAIT_SECONDS,
     work: WorkKind = "all",
+    webhooks: WebhookConfig | None = None,
 ) -> None:
     """Run RQ workers (JSON serializer) on the project's queues.
 
@@ -222,8 +224,7 @@ def run_worker(
             "agents' modules (comma-separated, e.g. myagent.steps)",
             RESUME_MODULES_SETTING,
         )
-    if notifier is not None:
-        jobs.configure(notifier=notifier)
+    jobs.configure(notifier=notifier, webhooks=webhooks)
     if burst:
         _work_until_quiet(
             redis_url,
@@ -501,7 +502,13 @@ def _work_until_quiet(
         if dispatch:
             dispatcher.tick()
         for queue in served:
-            worker = worker_class([queue], connection=redis, name=None, serializer=JSONSerializer)
+            worker = worker_class(
+                [queue],
+                connection=redis,
+                name=None,
+                serializer=JSONSerializer,
+                job_class=ProjectJob,
+            )
             worker.work(with_scheduler=False, burst=True)
         if not any(q.count for q in served) and not store.due_tasks(kinds):
             return
@@ -531,6 +538,7 @@ def _serve_queue(
                 # A worker that died with Redis may still be registered under its name.
                 name=f"{name}.{generation}" if name and generation else name,
                 serializer=JSONSerializer,
+                job_class=ProjectJob,
             )
             worker.on_stop = on_stop
             with contextlib.suppress(RedisError):  # its teardown may fail the same way

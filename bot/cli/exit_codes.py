@@ -10,6 +10,7 @@ from redis.exceptions import RedisError
 from redis.exceptions import ResponseError as RedisResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from store.api_keys import ApiKeyError, ApiKeyNameTaken, UnknownApiKey
 from store.exceptions import (
     AlreadyDecided,
     ClaimedByOther,
@@ -40,13 +41,20 @@ class ExitCode(IntEnum):
     """Redis cannot be reached, timed out, or refused the command."""
 
 
-_CONFLICTS = (AlreadyDecided, ClaimedByOther, ClaimRequired, IdempotencyConflict, NotRetryable)
-_USAGE = (ConfigurationError, InvalidHandoffRequest, InvalidDecision)
+_CONFLICTS = (
+    AlreadyDecided,
+    ClaimedByOther,
+    ClaimRequired,
+    IdempotencyConflict,
+    NotRetryable,
+    ApiKeyNameTaken,
+)
+_USAGE = (ConfigurationError, InvalidHandoffRequest, InvalidDecision, ApiKeyError)
 
 
 def exit_code_of(exc: HandoffError | RedisError) -> ExitCode:
     """The exit code for an expected failure."""
-    if isinstance(exc, HandoffNotFound):
+    if isinstance(exc, (HandoffNotFound, UnknownApiKey)):
         return ExitCode.NOT_FOUND
     if isinstance(exc, _CONFLICTS):
         return ExitCode.CONFLICT

@@ -38,7 +38,9 @@ from worker.notifier import LoggingNotifier, Notifier
 )
 def worker(burst: bool, no_dispatcher: bool, name: str | None, fork: bool, work: str) -> None:
     """Run RQ workers (and a dispatcher) for resumes and for Slack work."""
+    from worker.outbound import parse_allowed_hosts
     from worker.runner import run_worker
+    from worker.webhooks import WebhookConfig
 
     settings = _settings()
     run_worker(
@@ -54,6 +56,10 @@ def worker(burst: bool, no_dispatcher: bool, name: str | None, fork: bool, work:
         fork=fork,
         redis_wait_seconds=settings.redis_wait_seconds,
         work=work,  # type: ignore[arg-type]  # one of click's choices
+        webhooks=WebhookConfig(
+            allowed_hosts=parse_allowed_hosts(settings.webhook_allowed_hosts),
+            timeout_seconds=settings.webhook_timeout_seconds,
+        ),
     )
 
 
@@ -140,7 +146,20 @@ def dispatcher() -> None:
 @click.option("--port", default=3000, show_default=True, help="Port of the bot.")
 @click.option("--standin-port", default=3001, show_default=True, help="Port of the Slack stand-in.")
 @click.option("--keep-running", is_flag=True, help="Keep everything up after the demo.")
-def dev(data_dir: str, auto: bool, port: int, standin_port: int, keep_running: bool) -> None:
+@click.option(
+    "--use-redis-url",
+    is_flag=True,
+    help="Run on the Redis of REDIS_URL instead of an embedded one: only a Redis with no "
+    "real deployment on it (the dev worker would take its handoffs).",
+)
+def dev(
+    data_dir: str,
+    auto: bool,
+    port: int,
+    standin_port: int,
+    keep_running: bool,
+    use_redis_url: bool,
+) -> None:
     """Run everything locally: Redis, a Slack stand-in, the bot, a worker and a demo agent."""
     from bot.dev.run import run_dev
 
@@ -152,5 +171,6 @@ def dev(data_dir: str, auto: bool, port: int, standin_port: int, keep_running: b
             port=port,
             standin_port=standin_port,
             keep_running=keep_running,
+            use_redis_url=use_redis_url,
         )
     )

@@ -1,0 +1,405 @@
+"""The FastAPI app of ``handoff api``: routes over the same store as everything else.
+
+Reads and changes are the store's own calls (one Lua script each, so a decision here is
+as exactly-once as one in Slack); FastAPI runs the plain ``def`` routes in its thread pool,
+and the long-poll wait is ``async`` so that thousands of held requests cost no threads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+import anyio
+import jsonschema
+import rfc8785
+from fastapi import Depends, FastAPI, Header, Query, Request, Response
+from pydantic import ValidationError
+from redis import Redis
+from redis.asyncio import Redis as AsyncRedis
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from bot.api.auth import authenticate, require_admin
+from bot.api.problems import ApiProblem, install, problem_response
+from bot.api.schemas import (
+    CancelHandoff,
+    CreateHandoff,
+    DecideHandoff,
+    HandoffOut,
+    HandoffPage,
+    Problem,
+)
+from bot.api.waiters import DecisionHub
+from store.api_keys import ApiKey, ApiKeys
+from store.ids import new_handoff_id
+from store.models import Callback, Handoff, HandoffRequest, RequestType, Status
+from store.repository import HandoffStore
+from worker.outbound import UnsafeUrl, check_url
+
+API_VERSION = "1"
+MAX_WAIT_SECONDS = 60
+_BODY_OVERHEAD = 16 * 1024
+"""Bytes of a create body beyond its context and payload (ids, routing, metadata keys)."""
+
+
+@dataclass(frozen=True)
+class ApiConfig:
+    """What the API needs besides the store."""
+
+    redis_url: str
+    """The store's Redis, for the waits' own (asyncio) connection."""
+    creates_per_minute: int = 600
+    webhook_allowed_hosts: frozenset[str] = field(default_factory=frozenset)
+
+
+class BodyLimit:
+    """Refuse a request body over ``limit`` bytes with 413, before it is read whole."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers", [])).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            await self._refuse(scope, receive, send)
+            return
+        seen = 0
+
+        async def counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    raise _TooLarge
+            return message
+
+        try:
+            await self.app(scope, counted, send)
+        except _TooLarge:
+            await self._refuse(scope, receive, send)
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = problem_response(
+            413, f"the body is over {self.limit} bytes; send a summary and keep the rest"
+        )
+        await response(scope, receive, send)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+Key = Annotated[ApiKey, Depends(authenticate)]
+"""The caller's key (module level: FastAPI resolves annotations by module globals)."""
+
+
+def _visible(handoff: Handoff, key: ApiKey) -> bool:
+    return key.admin or handoff.api_key == key.name
+
+
+def build_app(store: HandoffStore, config: ApiConfig) -> FastAPI:
+    """The API over ``store``."""
+    keys = ApiKeys(store.redis, store.keys)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        redis = AsyncRedis.from_url(config.redis_url)
+        hub = DecisionHub(redis, store.keys)
+        await hub.start()
+        app.state.hub = hub
+        try:
+            yield
+        finally:
+            await hub.stop()
+            await redis.aclose()
+
+    app = FastAPI(
+        title="slack-handoff API",
+        version=API_VERSION,
+        summary="AI agents hand work to people in Slack and get it back.",
+        openapi_url="/v1/openapi.json",
+        docs_url="/v1/docs",
+        redoc_url=None,
+        lifespan=lifespan,
+        responses={
+            401: {"model": Problem, "description": "No, a malformed or a dead key."},
+            422: {"model": Problem, "description": "A field is missing or wrong."},
+        },
+    )
+    app.state.store = store
+    app.state.api_keys = keys
+    install(app)
+    limit = store.config.max_payload_bytes + _BODY_OVERHEAD
+    app.add_middleware(BodyLimit, limit=limit)
+
+    def visible(handoff_id: str, key: ApiKey) -> Handoff:
+        handoff = store.get(handoff_id)  # HandoffNotFound: 404
+        if not _visible(handoff, key):
+            # Another key's handoff is "not found", so ids do not leak.
+            raise ApiProblem(404, f"no handoff with id {handoff_id!r} for this key")
+        return handoff
+
+    @app.get("/healthz", include_in_schema=False)
+    def healthz() -> dict[str, str]:
+        store.redis.ping()
+        return {"status": "ok"}
+
+    @app.post(
+        "/v1/handoffs",
+        status_code=201,
+        response_model=HandoffOut,
+        responses={
+            200: {"model": HandoffOut, "description": "Created before, same key and body."},
+            409: {"model": Problem, "description": "Idempotency key reused, another body."},
+            413: {"model": Problem, "description": "Context and payload over the limit."},
+            429: {"model": Problem, "description": "Over the key's creates per minute."},
+        },
+    )
+    def create_handoff(
+        body: CreateHandoff,
+        key: Key,
+        response: Response,
+        idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+    ) -> HandoffOut:
+        """Create a handoff; it is posted to Slack by a worker."""
+        request = _request_of(body, key, idempotency_key, config)
+        wait = keys.take_create(key, default_per_minute=config.creates_per_minute)
+        if wait is not None:
+            raise ApiProblem(
+                429,
+                f"key {key.name!r} created its handoffs for this minute; retry after {wait:.0f} s",
+                headers={"Retry-After": str(int(wait + 0.999))},
+            )
+        if request.idempotency_key:
+            _claim_idempotency(store, request.idempotency_key, body)
+        created = store.create(request, handoff_id=new_handoff_id(), actor=f"api:{key.name}")
+        response.status_code = 201 if created.created else 200
+        response.headers["Location"] = f"/v1/handoffs/{created.handoff.id}"
+        return HandoffOut.of(created.handoff)
+
+    @app.get("/v1/handoffs/{handoff_id}", response_model=HandoffOut)
+    async def get_handoff(
+        handoff_id: str,
+        key: Key,
+        request: Request,
+        wait: Annotated[
+            float,
+            Query(
+                ge=0,
+                le=MAX_WAIT_SECONDS,
+                description="Hold the request up to this many seconds until the handoff "
+                "is decided; answers with its state either way.",
+            ),
+        ] = 0,
+    ) -> HandoffOut:
+        """A handoff; with ``wait``, once it is decided or the time is up."""
+        hub: DecisionHub = request.app.state.hub
+        event = hub.register(handoff_id) if wait else None
+        try:
+            handoff = await anyio.to_thread.run_sync(visible, handoff_id, key)
+            if event is not None:
+                deadline = anyio.current_time() + wait
+                while handoff.is_pending:
+                    remaining = deadline - anyio.current_time()
+                    if remaining <= 0:
+                        break
+                    with anyio.move_on_after(remaining):
+                        await event.wait()
+                    event.clear()
+                    handoff = await anyio.to_thread.run_sync(visible, handoff_id, key)
+            return HandoffOut.of(handoff)
+        finally:
+            if event is not None:
+                hub.unregister(handoff_id, event)
+
+    @app.get("/v1/handoffs", response_model=HandoffPage)
+    def list_handoffs(
+        key: Key,
+        status: Annotated[Status, Query(description="Only pending can be listed.")] = (
+            Status.PENDING
+        ),
+        run_id: str | None = None,
+        channel: str | None = None,
+        cursor: Annotated[str | None, Query(max_length=64)] = None,
+        limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    ) -> HandoffPage:
+        """Pending handoffs, oldest first, a page at a time (agent keys: their own)."""
+        if status is not Status.PENDING:
+            raise ApiProblem(
+                422,
+                "only pending handoffs are listed; read a decided one by its id",
+                errors=[{"field": "status", "message": "must be pending"}],
+            )
+        if run_id and channel:
+            raise ApiProblem(
+                422,
+                "filter by run_id or by channel, not both",
+                errors=[{"field": "channel", "message": "give run_id or channel"}],
+            )
+        if run_id:
+            index = store.keys.pending_by_run(run_id)
+        elif channel:
+            index = store.keys.pending_by_channel(channel)
+        elif key.admin:
+            index = store.keys.pending
+        else:
+            index = store.keys.pending_by_key(key.name)
+        page = store.list_pending(index, cursor=cursor, limit=limit)
+        shown = [HandoffOut.of(h) for h in page.items if _visible(h, key)]
+        return HandoffPage(handoffs=shown, next_cursor=page.next_cursor)
+
+    @app.post("/v1/handoffs/{handoff_id}/cancel", response_model=HandoffOut)
+    def cancel_handoff(handoff_id: str, key: Key, body: CancelHandoff | None = None) -> HandoffOut:
+        """Withdraw a pending handoff; the run is resumed with ``cancelled``."""
+        visible(handoff_id, key)
+        reason = body.reason if body else None
+        handoff = store.cancel(handoff_id, cancelled_by=f"api:{key.name}", reason=reason)
+        return HandoffOut.of(handoff)
+
+    @app.post(
+        "/v1/handoffs/{handoff_id}/decision",
+        response_model=HandoffOut,
+        responses={
+            403: {"model": Problem, "description": "Not an admin key."},
+            409: {"model": Problem, "description": "Already decided (names who decided)."},
+        },
+    )
+    def decide_handoff(handoff_id: str, body: DecideHandoff, key: Key) -> HandoffOut:
+        """Decide a pending handoff (admin keys), exactly once as in Slack."""
+        require_admin(key)
+        current = store.get(handoff_id)
+        if body.edited_args is not None:
+            _check_edited_args(current, body.edited_args)
+        handoff = store.decide(
+            handoff_id,
+            body.outcome,
+            decided_by=body.by,
+            via=f"api:{key.name}",
+            comment=body.comment,
+            answer=body.answer if current.request_type is not RequestType.CORRECTION else None,
+            corrected_draft=body.answer if current.request_type is RequestType.CORRECTION else None,
+            edited_args=body.edited_args,
+            respect_claim=False,
+        )
+        return HandoffOut.of(handoff)
+
+    return app
+
+
+def _request_of(
+    body: CreateHandoff, key: ApiKey, idempotency_header: str | None, config: ApiConfig
+) -> HandoffRequest:
+    """The store's request for ``body``, or a 422/403 saying what is wrong."""
+    misplaced = body.misplaced_fields()
+    if misplaced:
+        raise ApiProblem(
+            422,
+            f"fields of another request type than {body.request_type.value}: "
+            f"{', '.join(misplaced)}",
+            errors=[
+                {"field": name, "message": f"not a field of a {body.request_type.value}"}
+                for name in misplaced
+            ],
+        )
+    try:
+        payload = body.payload()
+    except (ValueError, ValidationError) as exc:
+        field_name, _, message = str(exc).partition(": ")
+        raise ApiProblem(
+            422, str(exc), errors=[{"field": field_name, "message": message or str(exc)}]
+        ) from None
+    if not key.may_post_in(body.channel):
+        raise ApiProblem(
+            403,
+            f"key {key.name!r} may create handoffs only in {', '.join(key.channels)}",
+            errors=[{"field": "channel", "message": "not one of the key's channels"}],
+        )
+    callback = None
+    if body.callback is not None:
+        try:
+            check_url(body.callback.url, allowed_hosts=config.webhook_allowed_hosts)
+        except UnsafeUrl as exc:
+            raise ApiProblem(
+                422, str(exc), errors=[{"field": "callback.url", "message": str(exc)}]
+            ) from None
+        callback = Callback(url=body.callback.url)
+    idem = idempotency_header or body.idempotency_key
+    try:
+        return HandoffRequest.model_validate(
+            {
+                "run_id": body.run_id,
+                "thread_id": body.thread_id,
+                "request_type": body.request_type,
+                "context": body.context,
+                "payload": payload,
+                "channel": body.channel,
+                "reviewers": body.reviewers,
+                "requester": body.requester,
+                "idempotency_key": f"{key.name}/{idem}" if idem else None,
+                "expires_in_seconds": body.expires_in_seconds,
+                "metadata": body.metadata,
+                "api_key": key.name,
+                "callback": callback,
+            }
+        )
+    except ValidationError as exc:
+        errors = [
+            {
+                "field": ".".join(str(p) for p in e["loc"]) or "body",
+                "message": str(e["msg"]).removeprefix("Value error, "),
+            }
+            for e in exc.errors()
+        ]
+        fields = ", ".join(e["field"] for e in errors)
+        raise ApiProblem(422, f"the request is not valid: {fields}", errors=errors) from None
+
+
+def _claim_idempotency(store: HandoffStore, scoped_key: str, body: CreateHandoff) -> None:
+    """Remember the body first used with an idempotency key; 409 for another body.
+
+    The store's idempotency returns the first handoff for a key whatever the request; the
+    API promises more (the same key with a different body is an error), so it keeps a
+    digest of the canonical JSON (RFC 8785) of the first body under the key.
+    """
+    canonical = rfc8785.dumps(body.model_dump(mode="json", exclude={"idempotency_key"}))
+    digest = hashlib.sha256(canonical).hexdigest()
+    where = store.keys.idempotency(scoped_key) + ":body"
+    ttl = int(store.config.retention_seconds) + 86400
+    redis: Redis = store.redis
+    if redis.set(where, digest, nx=True, ex=ttl):
+        return
+    first = redis.get(where)
+    first_text = first.decode() if isinstance(first, bytes) else first
+    if first_text != digest:
+        raise ApiProblem(
+            409,
+            "this Idempotency-Key was used with another body; use a new key for a new request",
+        )
+
+
+def _check_edited_args(handoff: Handoff, edited: dict[str, Any]) -> None:
+    action = getattr(handoff.payload, "action", None)
+    if action is None:
+        raise ApiProblem(
+            422,
+            "edited_args are for approvals",
+            errors=[{"field": "edited_args", "message": "only an approval has args"}],
+        )
+    if action.args_schema:
+        problems = [
+            {
+                "field": "edited_args" + "".join(f".{p}" for p in error.path),
+                "message": error.message,
+            }
+            for error in jsonschema.Draft202012Validator(action.args_schema).iter_errors(edited)
+        ]
+        if problems:
+            raise ApiProblem(422, "edited_args do not fit the action's schema", errors=problems)

@@ -1,0 +1,108 @@
+"""Long-poll waits (``GET /v1/handoffs/{id}?wait=...``) woken by the store's push.
+
+One process holds one pattern subscription (``PSUBSCRIBE {ns}:decided:*``) on one Redis
+connection for all its waiters, rather than a connection or a subscription per waiter: a
+waiter is then an ``asyncio.Event`` in a dict, so thousands of them cost memory, not
+connections or polling. A waiter registers before it reads the handoff, so a decision
+between its read and its wait still wakes it. If the subscription drops, every waiter is
+woken to read again, and the hub subscribes again with backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import defaultdict
+
+from redis.asyncio import Redis as AsyncRedis
+from redis.exceptions import RedisError
+
+from store.keys import KeySpace
+
+logger = logging.getLogger(__name__)
+
+_RECONNECT_SECONDS = (0.1, 0.5, 1.0, 2.0, 5.0)
+
+
+class DecisionHub:
+    """Wakes the waiters of a handoff when its decision is published."""
+
+    def __init__(self, redis: AsyncRedis, keys: KeySpace) -> None:
+        self._redis = redis
+        self._pattern = keys.decided_channel("*")
+        self._prefix = keys.decided_channel("")
+        self._waiters: dict[str, set[asyncio.Event]] = defaultdict(set)
+        self._task: asyncio.Task[None] | None = None
+        self._subscribed = asyncio.Event()
+
+    @property
+    def waiting(self) -> int:
+        """How many waits are held now."""
+        return sum(len(events) for events in self._waiters.values())
+
+    async def start(self) -> None:
+        """Subscribe, and return once the subscription is in place."""
+        self._task = asyncio.create_task(self._listen(), name="decision-hub")
+        await asyncio.wait_for(self._subscribed.wait(), timeout=10)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        self._wake_all()
+
+    def register(self, handoff_id: str) -> asyncio.Event:
+        event = asyncio.Event()
+        self._waiters[handoff_id].add(event)
+        return event
+
+    def unregister(self, handoff_id: str, event: asyncio.Event) -> None:
+        events = self._waiters.get(handoff_id)
+        if events is not None:
+            events.discard(event)
+            if not events:
+                del self._waiters[handoff_id]
+
+    def _wake(self, handoff_id: str) -> None:
+        for event in self._waiters.get(handoff_id, ()):
+            event.set()
+
+    def _wake_all(self) -> None:
+        for events in self._waiters.values():
+            for event in events:
+                event.set()
+
+    async def _listen(self) -> None:
+        failures = 0
+        while True:
+            pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
+            try:
+                await pubsub.psubscribe(self._pattern)
+                self._subscribed.set()
+                if failures:
+                    # Decisions made while the subscription was down were not heard.
+                    self._wake_all()
+                failures = 0
+                while True:
+                    message = await pubsub.get_message(timeout=30)
+                    if message is None:
+                        continue
+                    channel = message.get("channel")
+                    if isinstance(channel, bytes):
+                        channel = channel.decode()
+                    if isinstance(channel, str) and channel.startswith(self._prefix):
+                        self._wake(channel[len(self._prefix) :])
+            except asyncio.CancelledError:
+                raise
+            except (RedisError, OSError) as exc:
+                self._subscribed.clear()
+                self._wake_all()
+                delay = _RECONNECT_SECONDS[min(failures, len(_RECONNECT_SECONDS) - 1)]
+                failures += 1
+                logger.warning("decision subscription lost (%s); again in %.1f s", exc, delay)
+                await asyncio.sleep(delay)
+            finally:
+                with contextlib.suppress(Exception):
+                    await pubsub.aclose()

@@ -1,0 +1,60 @@
+"""A job record written straight into Redis, naming a function of the attacker's choice,
+is refused by the workers: nothing is imported or called (RQ itself would call anything)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from redis import Redis
+from rq import Callback, Queue
+from rq.job import JobStatus
+from rq.serializers import JSONSerializer
+
+from tests.conftest import ROOT
+from tests.support import marker_targets
+from worker.queues import make_queue
+
+
+def test_a_job_naming_another_function_fails_without_importing_it(
+    redis: Redis, redis_url: str, tmp_path: Path
+) -> None:
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    # Written with RQ's own queue class, as anyone with Redis access could.
+    plain = Queue("handoff", connection=redis, serializer=JSONSerializer)
+    forged = plain.enqueue_call(func="tests.support.marker_targets.guarded", args=("A-1", 30))
+    with_callback = plain.enqueue_call(
+        func="worker.jobs.run_resume",
+        args=("ho", "ho_01NOSUCH"),
+        # run_resume of an unknown handoff returns: RQ would call this next.
+        on_success=Callback("tests.support.marker_targets.touch"),
+    )
+
+    done = subprocess.run(
+        [sys.executable, "-m", "bot.cli", "worker", "--burst", "--no-dispatcher"],
+        env={
+            **os.environ,
+            "REDIS_URL": redis_url,
+            "PYTHONPATH": str(ROOT),
+            marker_targets.MARKER_DIR: str(markers),
+        },
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in markers.iterdir()) == []  # neither imported nor called
+    queue = make_queue(redis, "handoff")
+    refused = queue.fetch_job(forged.id)
+    assert refused is not None and refused.get_status() is JobStatus.FAILED
+    result = refused.latest_result()
+    assert result is not None and "not one of the project's job functions" in (
+        result.exc_string or ""
+    )
+    assert "names a callback" in done.stderr
+    assert queue.fetch_job(with_callback.id) is not None

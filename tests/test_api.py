@@ -1,0 +1,259 @@
+"""The HTTP API over real HTTP (uvicorn on a port, httpx), against the test Redis: create,
+read, long-poll wait, cancel, decide, list, idempotency, keys and their scope."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from redis import Redis
+
+from bot.api.app import ApiConfig
+from store.api_keys import ApiKeys
+from store.models import Status
+from tests.support.api_server import serve_api
+from worker.client import Handoffs
+
+
+@pytest.fixture
+def api(redis: Redis, redis_url: str) -> Iterator[str]:
+    store = Handoffs(redis).store
+    config = ApiConfig(redis_url=redis_url, creates_per_minute=1000)
+    with serve_api(store, config) as url:
+        yield url
+
+
+@pytest.fixture
+def keys(redis: Redis) -> ApiKeys:
+    store = Handoffs(redis).store
+    return ApiKeys(redis, store.keys)
+
+
+def _client(api: str, key: str | None) -> httpx.Client:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    return httpx.Client(base_url=api, headers=headers, timeout=30)
+
+
+APPROVAL = {
+    "request_type": "approval",
+    "run_id": "run-1",
+    "thread_id": "ticket-1",
+    "context": "Charged twice",
+    "action": {"name": "refund", "args": {"amount": 30}},
+    "channel": "C0PAY",
+}
+
+
+def test_create_wait_and_decide_over_http(api: str, keys: ApiKeys, redis: Redis) -> None:
+    agent = _client(api, keys.create("agent").key)
+    admin = _client(api, keys.create("ops", admin=True).key)
+
+    created = agent.post("/v1/handoffs", json=APPROVAL)
+    assert created.status_code == 201, created.text
+    handoff = created.json()
+    assert created.headers["location"] == f"/v1/handoffs/{handoff['id']}"
+    assert handoff["status"] == "pending" and handoff["api_key"] == "agent"
+    assert handoff["payload"]["action"] == {
+        "name": "refund",
+        "args": {"amount": 30},
+        "args_schema": None,
+        "description": None,
+    }
+
+    answers: list[httpx.Response] = []
+    waiter = threading.Thread(
+        target=lambda: answers.append(agent.get(f"/v1/handoffs/{handoff['id']}?wait=20"))
+    )
+    started = time.monotonic()
+    waiter.start()
+    time.sleep(0.3)
+    decided = admin.post(
+        f"/v1/handoffs/{handoff['id']}/decision",
+        json={"outcome": "approved", "by": "U0ANA", "comment": "ok"},
+    )
+    waiter.join(timeout=25)
+
+    assert decided.status_code == 200, decided.text
+    [answer] = answers
+    assert answer.status_code == 200
+    assert answer.json()["status"] == "approved"
+    assert answer.json()["resume_data"]["decided_by"] == "U0ANA"
+    assert time.monotonic() - started < 5  # woken by the decision, not by the 20 s timeout
+    twice = admin.post(
+        f"/v1/handoffs/{handoff['id']}/decision", json={"outcome": "rejected", "by": "U0BEN"}
+    )
+    assert twice.status_code == 409
+    assert twice.headers["content-type"] == "application/problem+json"
+    assert "already approved by U0ANA" in twice.json()["detail"]
+    trail = [e.event for e in Handoffs(redis).store.audit_trail(handoff["id"])]
+    assert trail == ["created", "decided"]
+    assert Handoffs(redis).store.audit_trail(handoff["id"])[0].actor == "api:agent"
+
+
+def test_wait_answers_the_pending_state_when_the_time_is_up(api: str, keys: ApiKeys) -> None:
+    agent = _client(api, keys.create("agent").key)
+    handoff = agent.post("/v1/handoffs", json=APPROVAL).json()
+
+    started = time.monotonic()
+    answer = agent.get(f"/v1/handoffs/{handoff['id']}", params={"wait": 1})
+
+    assert answer.status_code == 200 and answer.json()["status"] == "pending"
+    assert 0.9 < time.monotonic() - started < 5
+    too_long = agent.get(f"/v1/handoffs/{handoff['id']}", params={"wait": 61})
+    assert too_long.status_code == 422 and too_long.json()["errors"][0]["field"] == "query.wait"
+
+
+def test_an_agent_key_sees_only_its_own_handoffs(api: str, keys: ApiKeys) -> None:
+    mine = _client(api, keys.create("mine").key)
+    theirs = _client(api, keys.create("theirs").key)
+    admin = _client(api, keys.create("ops", admin=True).key)
+    created = mine.post("/v1/handoffs", json=APPROVAL).json()
+    theirs.post("/v1/handoffs", json={**APPROVAL, "run_id": "run-2"})
+
+    assert theirs.get(f"/v1/handoffs/{created['id']}").status_code == 404
+    assert theirs.post(f"/v1/handoffs/{created['id']}/cancel").status_code == 404
+    assert [h["id"] for h in mine.get("/v1/handoffs").json()["handoffs"]] == [created["id"]]
+    by_run = theirs.get("/v1/handoffs", params={"run_id": "run-1"}).json()
+    assert by_run["handoffs"] == []
+    assert len(admin.get("/v1/handoffs").json()["handoffs"]) == 2
+    # An agent key may not decide.
+    refused = mine.post(
+        f"/v1/handoffs/{created['id']}/decision", json={"outcome": "approved", "by": "U0A"}
+    )
+    assert refused.status_code == 403
+    assert mine.get(f"/v1/handoffs/{created['id']}").json()["status"] == "pending"
+
+
+def test_cancel_resumes_with_cancelled(api: str, keys: ApiKeys) -> None:
+    agent = _client(api, keys.create("agent").key)
+    handoff = agent.post("/v1/handoffs", json=APPROVAL).json()
+
+    cancelled = agent.post(f"/v1/handoffs/{handoff['id']}/cancel", json={"reason": "obsolete"})
+
+    assert cancelled.status_code == 200
+    assert cancelled.json()["status"] == Status.CANCELLED.value
+    assert cancelled.json()["resume_data"]["comment"] == "obsolete"
+    assert cancelled.json()["resume_data"]["decided_by"] == "api:agent"
+
+
+def test_idempotency_returns_the_same_handoff_or_409(api: str, keys: ApiKeys) -> None:
+    agent = _client(api, keys.create("agent").key)
+    other = _client(api, keys.create("other").key)
+
+    first = agent.post("/v1/handoffs", json=APPROVAL, headers={"Idempotency-Key": "k1"})
+    again = agent.post("/v1/handoffs", json=APPROVAL, headers={"Idempotency-Key": "k1"})
+    changed = agent.post(
+        "/v1/handoffs", json={**APPROVAL, "context": "else"}, headers={"Idempotency-Key": "k1"}
+    )
+    elsewhere = other.post("/v1/handoffs", json=APPROVAL, headers={"Idempotency-Key": "k1"})
+
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert again.json()["id"] == first.json()["id"]
+    assert again.json()["idempotency_key"] == "k1"
+    assert changed.status_code == 409
+    # Keys are scoped to their API key: another key's "k1" is another handoff.
+    assert elsewhere.status_code == 201 and elsewhere.json()["id"] != first.json()["id"]
+
+
+def test_keys_are_checked_on_every_request(api: str, keys: ApiKeys) -> None:
+    created = keys.create("agent")
+    agent = _client(api, created.key)
+    assert agent.post("/v1/handoffs", json=APPROVAL).status_code == 201
+
+    keys.revoke("agent")
+    after = agent.post("/v1/handoffs", json=APPROVAL)
+    anonymous = _client(api, None).get("/v1/handoffs")
+    wrong = _client(api, "hk_nothing").get("/v1/handoffs")
+
+    for refused in (after, anonymous, wrong):
+        assert refused.status_code == 401
+        assert refused.headers["www-authenticate"].startswith("Bearer")
+        assert refused.headers["content-type"] == "application/problem+json"
+
+
+def test_a_key_may_create_only_in_its_channels(api: str, keys: ApiKeys) -> None:
+    agent = _client(api, keys.create("payments", channels=["C0PAY"]).key)
+
+    allowed = agent.post("/v1/handoffs", json=APPROVAL)
+    elsewhere = agent.post("/v1/handoffs", json={**APPROVAL, "channel": "C0OPS"})
+    default = agent.post("/v1/handoffs", json={**APPROVAL, "channel": None})
+
+    assert allowed.status_code == 201
+    assert elsewhere.status_code == 403 and default.status_code == 403
+
+
+def test_creates_over_the_keys_limit_are_429_with_retry_after(api: str, keys: ApiKeys) -> None:
+    agent = _client(api, keys.create("slow", creates_per_minute=2).key)
+
+    answers = [agent.post("/v1/handoffs", json=APPROVAL).status_code for _ in range(3)]
+    limited = agent.post("/v1/handoffs", json=APPROVAL)
+
+    assert answers == [201, 201, 429]
+    assert limited.status_code == 429 and 1 <= int(limited.headers["retry-after"]) <= 60
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({**APPROVAL, "colour": "red"}, "colour"),
+        ({**APPROVAL, "action": None}, "action"),
+        ({**APPROVAL, "request_type": "poll"}, "request_type"),
+        ({**APPROVAL, "run_id": 5}, "run_id"),
+        ({**APPROVAL, "question": "why?"}, "question"),
+        ({**APPROVAL, "channel": "#general"}, "channel"),
+        ({**APPROVAL, "callback": {"url": "http://127.0.0.1:9/x"}}, "callback.url"),
+    ],
+)
+def test_bad_bodies_are_422_naming_the_field_and_change_nothing(
+    api: str, keys: ApiKeys, redis: Redis, body: dict[str, object], field: str
+) -> None:
+    agent = _client(api, keys.create("agent").key)
+    before = sorted(redis.keys("*"))
+
+    refused = agent.post("/v1/handoffs", json=body)
+
+    assert refused.status_code == 422, refused.text
+    assert refused.headers["content-type"] == "application/problem+json"
+    assert field in [e["field"] for e in refused.json()["errors"]], refused.json()
+    after = [k for k in sorted(redis.keys("*")) if b"apirate" not in k]
+    assert after == [k for k in before if b"apirate" not in k]
+
+
+def test_malformed_json_oversized_bodies_and_unknown_ids(api: str, keys: ApiKeys) -> None:
+    agent = _client(api, keys.create("agent").key)
+
+    malformed = agent.post(
+        "/v1/handoffs", content=b"{nope", headers={"content-type": "application/json"}
+    )
+    huge = agent.post("/v1/handoffs", json={**APPROVAL, "context": "x" * 200_000})
+    unknown = agent.get("/v1/handoffs/ho_01NOSUCH")
+
+    assert malformed.status_code == 422
+    assert huge.status_code == 413
+    assert unknown.status_code == 404
+    for answer in (malformed, huge, unknown):
+        assert answer.headers["content-type"] == "application/problem+json"
+        assert "Traceback" not in answer.text
+
+
+def test_the_openapi_document_is_served(api: str) -> None:
+    document = httpx.get(f"{api}/v1/openapi.json").json()
+
+    assert document["openapi"].startswith("3.1")
+    assert {"/v1/handoffs", "/v1/handoffs/{handoff_id}"} <= set(document["paths"])
+    assert httpx.get(f"{api}/v1/docs").status_code == 200
+
+
+def test_the_committed_openapi_document_is_the_codes() -> None:
+    from bot.api.openapi import openapi_document
+    from tests.conftest import ROOT
+
+    committed = json.loads((ROOT / "docs" / "openapi.json").read_text())
+
+    assert committed == openapi_document(), (
+        "the API changed: run `python -m bot.api.openapi > docs/openapi.json` and commit it"
+    )
