@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 from redis import Redis
@@ -24,13 +25,16 @@ def test_a_job_naming_another_function_fails_without_importing_it(
     markers = tmp_path / "markers"
     markers.mkdir()
     # Written with RQ's own queue class, as anyone with Redis access could.
-    plain = Queue("handoff", connection=redis, serializer=JSONSerializer)
+    # A queue of this test's own: no other test's worker may take the jobs.
+    name = f"forged-{uuid.uuid4().hex[:8]}"
+    plain = Queue(name, connection=redis, serializer=JSONSerializer)
     forged = plain.enqueue_call(func="tests.support.marker_targets.guarded", args=("A-1", 30))
     with_callback = plain.enqueue_call(
         func="worker.jobs.run_resume",
         args=("ho", "ho_01NOSUCH"),
-        # run_resume of an unknown handoff returns: RQ would call this next.
+        # Whether run_resume of an unknown handoff returns or raises, RQ would call one next.
         on_success=Callback("tests.support.marker_targets.touch"),
+        on_failure=Callback("tests.support.marker_targets.touch"),
     )
 
     done = subprocess.run(
@@ -38,6 +42,7 @@ def test_a_job_naming_another_function_fails_without_importing_it(
         env={
             **os.environ,
             "REDIS_URL": redis_url,
+            "HANDOFF_QUEUE": name,
             "PYTHONPATH": str(ROOT),
             marker_targets.MARKER_DIR: str(markers),
         },
@@ -49,7 +54,7 @@ def test_a_job_naming_another_function_fails_without_importing_it(
 
     assert done.returncode == 0, done.stderr
     assert sorted(p.name for p in markers.iterdir()) == []  # neither imported nor called
-    queue = make_queue(redis, "handoff")
+    queue = make_queue(redis, name)
     refused = queue.fetch_job(forged.id)
     assert refused is not None and refused.get_status() is JobStatus.FAILED
     result = refused.latest_result()
