@@ -13,6 +13,7 @@ import pytest
 from redis import Redis
 
 from bot.api.app import ApiConfig
+from bot.cli.output import summary_lines
 from store.api_keys import ApiKeys
 from store.models import Status
 from tests.support.api_server import serve_api
@@ -92,6 +93,8 @@ def test_create_wait_and_decide_over_http(api: str, keys: ApiKeys, redis: Redis)
     trail = [e.event for e in Handoffs(redis).store.audit_trail(handoff["id"])]
     assert trail == ["created", "decided"]
     assert Handoffs(redis).store.audit_trail(handoff["id"])[0].actor == "api:agent"
+    shown = summary_lines(Handoffs(redis).get(handoff["id"]), [])  # what `handoff show` prints
+    assert "  created by API key agent" in shown
 
 
 def test_wait_answers_the_pending_state_when_the_time_is_up(api: str, keys: ApiKeys) -> None:

@@ -218,6 +218,7 @@ def test_show_prints_a_readable_summary(redis: Redis, run: Run) -> None:
     assert "    comment: duplicate" in lines
     assert '  action: refund {"amount": 30}' in lines
     assert shown.stdout.count("decided") == 1
+    assert "API key" not in shown.stdout  # created by Python code, not over HTTP
 
 
 def test_stats_in_json_and_text(redis: Redis, run: Run) -> None:

@@ -169,6 +169,21 @@ def test_show_of_a_decided_handoff_says_who_decided() -> None:
     assert ids.APPROVE not in text
 
 
+def test_show_names_the_api_key_that_created_a_handoff_and_its_webhook_resume() -> None:
+    from store.models import Callback
+
+    handoff = make_handoff(
+        approval(), api_key="billing-agent", callback=Callback(url="https://a.example/h")
+    )
+    plain = make_handoff(approval())
+
+    text = json.dumps(render_detail(handoff, []).blocks)
+
+    assert "created by API key `billing-agent`" in text
+    assert "resume by webhook" in text
+    assert "API key" not in json.dumps(render_detail(plain, []).blocks)
+
+
 def test_home_with_a_full_queue_and_recent_decisions_fits_a_home_tab() -> None:
     queue = Listing(ListFilter(ListKind.MINE), _many(20), next_cursor="ho_next")
     decision = ResumeData(decision_id="d", outcome=Status.APPROVED, decided_by="U0ALICE")

@@ -301,12 +301,16 @@ def _detail_fields(handoff: Handoff) -> list[str]:
 
 
 def _tasks_line(handoff: Handoff) -> str:
-    parts = [f"id `{handoff.id}`", f"delivery {handoff.delivery.state.value}"]
+    parts = [f"id `{handoff.id}`"]
+    if handoff.api_key:
+        parts.append(f"created by API key `{agent_text(handoff.api_key, 64)[0]}`")
+    parts.append(f"delivery {handoff.delivery.state.value}")
     if handoff.delivery.state is TaskState.FAILED and handoff.delivery.last_error:
         parts.append(f"delivery error: {agent_text(handoff.delivery.last_error, 300)[0]}")
-    if handoff.resume_target:
+    if handoff.resume_target or handoff.callback:
         resume = handoff.resume
-        parts.append(f"resume {resume.state.value} (attempt {resume.attempt})")
+        how = " by webhook" if handoff.callback else ""
+        parts.append(f"resume{how} {resume.state.value} (attempt {resume.attempt})")
         if resume.last_error:
             parts.append(f"last error: {agent_text(resume.last_error, 300)[0]}")
     return " · ".join(parts)

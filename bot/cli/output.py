@@ -60,6 +60,10 @@ def summary_lines(handoff: Handoff, audit: list[AuditEvent]) -> list[str]:
     ]
     if handoff.requester:
         lines.append(f"  requester {handoff.requester}")
+    if handoff.api_key:
+        lines.append(f"  created by API key {handoff.api_key}")
+    if handoff.callback:
+        lines.append(f"  callback {handoff.callback.url}")
     payload = handoff.payload.model_dump(mode="json", exclude={"kind"}, exclude_none=True)
     action = payload.pop("action", None)
     if action is not None:
