@@ -260,3 +260,33 @@ def test_the_committed_openapi_document_is_the_codes() -> None:
     assert committed == openapi_document(), (
         "the API changed: run `python -m bot.api.openapi > docs/openapi.json` and commit it"
     )
+
+
+def test_audit_of_a_handoff_for_its_key_and_of_the_namespace_for_admins(
+    api: str, keys: ApiKeys
+) -> None:
+    agent = _client(api, keys.create("agent").key)
+    admin = _client(api, keys.create("ops", admin=True).key)
+    first = agent.post("/v1/handoffs", json=APPROVAL).json()
+    agent.post(f"/v1/handoffs/{first['id']}/cancel")
+    second = agent.post("/v1/handoffs", json={**APPROVAL, "run_id": "run-2"}).json()
+
+    trail = agent.get(f"/v1/handoffs/{first['id']}/audit").json()["events"]
+    refused = agent.get("/v1/audit")
+    page = admin.get("/v1/audit", params={"limit": 2}).json()
+    rest = admin.get("/v1/audit", params={"cursor": page["next_cursor"]}).json()
+    bad_cursor = admin.get("/v1/audit", params={"cursor": "0; FLUSHALL"})
+
+    assert [(e["event"], e["actor"]) for e in trail] == [
+        ("created", "api:agent"),
+        ("cancelled", "api:agent"),
+    ]
+    assert refused.status_code == 403
+    events = [(e["event"], e["handoff_id"]) for e in page["events"] + rest["events"]]
+    assert events == [
+        ("created", first["id"]),
+        ("cancelled", first["id"]),
+        ("created", second["id"]),
+    ]
+    assert rest["next_cursor"] is None
+    assert bad_cursor.status_code == 422

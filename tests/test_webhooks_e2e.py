@@ -106,3 +106,23 @@ def test_a_receiver_that_never_answers_ends_resume_failed_and_retry_sends_again(
 
     assert len(received) == 4
     assert {r.headers["webhook-id"] for r in received} == {f"msg_{handoff_id}"}
+
+
+def test_a_redirect_is_not_followed(
+    api: str, handoffs: Handoffs, redis: Redis, workers: WorkerProcesses
+) -> None:
+    created = ApiKeys(redis, handoffs.store.keys).create("redirected")
+    workers.start(extra_env=LOOPBACK)
+    with (
+        webhook_receiver(created.record.webhook_secret) as internal,
+        webhook_receiver(
+            created.record.webhook_secret, answers=[302, 302, 302], location=internal.url
+        ) as receiver,
+    ):
+        handoff_id = str(_create(api, created.key, receiver.url)["id"])
+        handoffs.decide(handoff_id, "answered", by="U0ANA", answer="x")
+        wait_until(lambda: handoffs.get(handoff_id).resume.state is TaskState.FAILED, timeout=60)
+
+        assert len(receiver.received) == 3
+        assert internal.received == []  # the redirect's target was never called
+    assert "answered 302" in (handoffs.get(handoff_id).resume.last_error or "")

@@ -25,6 +25,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from bot.api.auth import authenticate, require_admin
 from bot.api.problems import ApiProblem, install, problem_response
 from bot.api.schemas import (
+    AuditEventOut,
+    AuditPage,
     CancelHandoff,
     CreateHandoff,
     DecideHandoff,
@@ -35,7 +37,7 @@ from bot.api.schemas import (
 from bot.api.waiters import DecisionHub
 from store.api_keys import ApiKey, ApiKeys
 from store.ids import new_handoff_id
-from store.models import Callback, Handoff, HandoffRequest, RequestType, Status
+from store.models import AuditEvent, Callback, Handoff, HandoffRequest, RequestType, Status
 from store.repository import HandoffStore
 from worker.outbound import UnsafeUrl, check_url
 
@@ -269,6 +271,54 @@ def build_app(store: HandoffStore, config: ApiConfig) -> FastAPI:
         page = store.list_pending(index, cursor=cursor, limit=limit)
         shown = [HandoffOut.of(h) for h in page.items if _visible(h, key)]
         return HandoffPage(handoffs=shown, next_cursor=page.next_cursor)
+
+    @app.get("/v1/handoffs/{handoff_id}/audit", response_model=AuditPage)
+    def handoff_audit(handoff_id: str, key: Key) -> AuditPage:
+        """The handoff's audit trail, oldest first."""
+        visible(handoff_id, key)
+        events = [
+            AuditEventOut(
+                id=None,
+                time=e.at,
+                event=e.event,
+                actor=e.actor,
+                handoff_id=e.handoff_id,
+                detail=e.detail,
+            )
+            for e in store.audit_trail(handoff_id)
+        ]
+        return AuditPage(events=events, next_cursor=None)
+
+    @app.get("/v1/audit", response_model=AuditPage, responses={403: {"model": Problem}})
+    def namespace_audit(
+        key: Key,
+        cursor: Annotated[
+            str | None, Query(pattern=r"^[0-9]{1,20}-[0-9]{1,20}$", description="A stream id.")
+        ] = None,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 200,
+    ) -> AuditPage:
+        """Admin keys: every audit event of the namespace, oldest first (as `handoff audit
+        export` writes them), a page at a time."""
+        require_admin(key)
+        entries = list(store.audit_entries(after=cursor, limit=limit + 1))
+        shown = entries[:limit]
+        events = []
+        for entry in shown:
+            if not entry.raw:
+                continue
+            event = AuditEvent.from_json(entry.raw)
+            events.append(
+                AuditEventOut(
+                    id=entry.id,
+                    time=event.at,
+                    event=event.event,
+                    actor=event.actor,
+                    handoff_id=event.handoff_id,
+                    detail=event.detail,
+                )
+            )
+        more = len(entries) > limit
+        return AuditPage(events=events, next_cursor=shown[-1].id if more and shown else None)
 
     @app.post("/v1/handoffs/{handoff_id}/cancel", response_model=HandoffOut)
     def cancel_handoff(handoff_id: str, key: Key, body: CancelHandoff | None = None) -> HandoffOut:

@@ -4,6 +4,7 @@ regenerated (``python -m bot.api.openapi > docs/openapi.json``)."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -132,4 +133,22 @@ class Problem(BaseModel):
     detail: str
     errors: list[dict[str, str]] | None = Field(
         default=None, description="Each offending field and what is wrong with it."
+    )
+
+
+class AuditEventOut(BaseModel):
+    """One audit event."""
+
+    id: str | None = Field(description="The stream entry id (namespace audit only); unique.")
+    time: datetime
+    event: str
+    actor: str
+    handoff_id: str
+    detail: dict[str, Any]
+
+
+class AuditPage(BaseModel):
+    events: list[AuditEventOut]
+    next_cursor: str | None = Field(
+        description="Pass as cursor for the next page; null at the end."
     )

@@ -33,6 +33,8 @@ class Receiver:
     """Scripted answers, in order; after them, 200."""
     received: list[Received] = field(default_factory=list)
     url: str = ""
+    location: str = ""
+    """Where a scripted 3xx answer points (``Location``)."""
     stop: threading.Event = field(default_factory=threading.Event)
 
     def wait_for(self, count: int, timeout: float = 30) -> list[Received]:
@@ -43,8 +45,10 @@ class Receiver:
 
 
 @contextmanager
-def webhook_receiver(secret: str, answers: list[int] | None = None) -> Iterator[Receiver]:
-    receiver = Receiver(secret=secret, answers=list(answers or []))
+def webhook_receiver(
+    secret: str, answers: list[int] | None = None, *, location: str = ""
+) -> Iterator[Receiver]:
+    receiver = Receiver(secret=secret, answers=list(answers or []), location=location)
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
@@ -60,6 +64,8 @@ def webhook_receiver(secret: str, answers: list[int] | None = None) -> Iterator[
                 receiver.stop.wait(60)
                 return
             self.send_response(answer)
+            if 300 <= answer < 400:
+                self.send_header("location", receiver.location)
             self.send_header("content-length", "2")
             self.end_headers()
             self.wfile.write(b"ok")
