@@ -8,11 +8,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-import jsonschema
-
 from bot.blockkit.ids import ANSWER_BLOCK, CHOICE_BLOCK, DRAFT_BLOCK_PREFIX, VALUE, arg_block_id
 from bot.blockkit.modals import json_type
 from bot.mrkdwn import clip
+from store.arg_schemas import argument_errors
 from store.models import Handoff
 
 _TRUE = {"true", "yes", "y", "1"}
@@ -158,9 +157,9 @@ def _coerce_one(raw: str, kind: str) -> Any:
 
 
 def _check_schema(schema: dict[str, Any], parsed: ParsedEdit) -> None:
-    validator = jsonschema.Draft202012Validator(schema)
     names = list(parsed.args)
-    for error in validator.iter_errors(parsed.args):
+    # The agent's schema, applied safely: no remote $ref, patterns with a time limit.
+    for error in argument_errors(schema, parsed.args):
         name = str(error.path[0]) if error.path else None
         if name is None and error.validator == "required":
             missing = error.message.split("'")[1] if "'" in error.message else None

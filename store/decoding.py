@@ -40,3 +40,24 @@ def well_formed(value: Any) -> Any:
         items = [well_formed(v) for v in value]
         return value if all(a is b for a, b in zip(value, items, strict=True)) else items
     return value
+
+
+MAX_JSON_DEPTH = 32
+"""How deep a request's JSON may nest (args, metadata): far more than data needs, far less
+than what overflows the encoders."""
+
+
+def json_value_problem(value: Any, *, depth: int = 0, where: str = "") -> str | None:
+    """Why ``value`` (JSON as parsed) cannot be stored as it is: a NaN or an infinity, or
+    nesting deeper than ``MAX_JSON_DEPTH``; None when it can."""
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return f"{where or 'value'}: {value} is not a JSON number (use a finite number or a string)"
+    if isinstance(value, dict | list):
+        if depth >= MAX_JSON_DEPTH:
+            return f"{where or 'value'}: nested deeper than {MAX_JSON_DEPTH} levels"
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        for key, item in items:
+            inner = f"{where}.{key}" if where else str(key)
+            if problem := json_value_problem(item, depth=depth + 1, where=inner):
+                return problem
+    return None

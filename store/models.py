@@ -9,11 +9,19 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from store import slack_ids
-from store.decoding import well_formed
+from store.arg_schemas import schema_problem
+from store.decoding import json_value_problem, well_formed
 
 
 class RequestType(StrEnum):
@@ -84,6 +92,15 @@ class ProposedAction(_Strict):
     args_schema: dict[str, Any] | None = None
     description: str | None = None
 
+    @field_validator("args_schema")
+    @classmethod
+    def _schema_is_safe_to_apply(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        # Checked once here, so the bot and the API never meet a schema they cannot apply
+        # (or one that would make them fetch a URL): store.arg_schemas.
+        if value is not None and (problem := schema_problem(value)):
+            raise ValueError(problem)
+        return value
+
 
 class ApprovalPayload(_Strict):
     """May the agent perform ``action``?"""
@@ -142,6 +159,10 @@ ReviewerId = Annotated[str, _slack_id(slack_ids.REVIEWER)]
 EscalationTarget = Annotated[str, _slack_id(slack_ids.ESCALATION_TARGET)]
 
 
+MAX_WAIT_SECONDS = 10 * 366 * 86400
+"""The longest wait a handoff may be given (expiry, reminders, escalation): ten years."""
+
+
 class Callback(_Strict):
     """Where a worker POSTs the decided handoff (a webhook), instead of calling a resume
     target: the way agents in other languages and other machines are resumed."""
@@ -165,10 +186,17 @@ class HandoffRequest(_Strict):
     agent_name: str | None = None
     resume_target: str | None = None
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=256)
-    expires_in_seconds: float | None = Field(default=None, gt=0)
-    remind_after_seconds: float | None = Field(default=None, ge=0)
+    # At most ten years, and finite: a deadline past year 9999 cannot be stored as a time.
+    expires_in_seconds: float | None = Field(
+        default=None, gt=0, le=MAX_WAIT_SECONDS, allow_inf_nan=False
+    )
+    remind_after_seconds: float | None = Field(
+        default=None, ge=0, le=MAX_WAIT_SECONDS, allow_inf_nan=False
+    )
     max_reminders: int | None = Field(default=None, ge=0, le=100)
-    escalate_after_seconds: float | None = Field(default=None, ge=0)
+    escalate_after_seconds: float | None = Field(
+        default=None, ge=0, le=MAX_WAIT_SECONDS, allow_inf_nan=False
+    )
     escalate_to: EscalationTarget | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
     api_key: str | None = Field(default=None, max_length=64)
@@ -178,6 +206,10 @@ class HandoffRequest(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _storable_text(cls, data: Any) -> Any:
+        # NaN and infinities would be stored as null (a reviewer would approve what the
+        # agent never meant), and deep nesting overflows the encoder: refused, not changed.
+        if problem := json_value_problem(data):
+            raise ValueError(problem)
         return well_formed(data)
 
     @model_validator(mode="after")

@@ -94,6 +94,27 @@ def test_a_refused_target_is_not_even_imported() -> None:
     assert callable(resolve_target(APPROVED_CALL_TARGET))
 
 
+def test_a_path_may_not_reach_outside_the_list_through_an_allowed_module() -> None:
+    allow_resume_modules(["tests.support"])
+    # marker_targets imports os and pathlib: neither may be reached through it.
+    through_a_module = "tests.support.marker_targets:os.system"
+    imported_name = "tests.support.marker_targets:Path"
+    # Only the adapters' entry points themselves are always allowed, not what they import.
+    through_an_adapter = "worker.adapters.decorators:inspect.os.system"
+
+    for path in (through_a_module, imported_name, through_an_adapter):
+        with pytest.raises(ResumeTargetRefused):
+            resolve_target(path)
+        with pytest.raises(ResumeTargetRefused):
+            load_object(path)
+    with pytest.raises(ResumeTargetRefused, match="goes through the module os"):
+        resolve_target(through_a_module)
+    with pytest.raises(ResumeTargetRefused, match="defined in pathlib"):
+        load_object(imported_name)
+    # A function defined in a listed module is fine, by any name it is reached by there.
+    assert callable(load_object("tests.support.marker_targets:guarded"))
+
+
 # -- agents: refused when the handoff is created ---------------------------------------------
 
 

@@ -1377,3 +1377,13 @@ def test_limit_by_tier_plays_each_methods_tier_and_posts_per_channel(
     # A tier-4 method is not touched by the others' calls.
     assert quick.views_publish(user_id="U0ALICE", view={"type": "home", "blocks": []})["ok"]
     assert standin.refused_by_limits() == {"chat.update": 1, "chat.postMessage": 1}
+
+
+def test_event_ids_are_never_repeated_by_another_stand_in() -> None:
+    """A bot drops an event whose id it has seen (Slack's retries): a second `handoff dev`
+    on the same Redis must not send the first one's ids again."""
+    first, second = SlackStandIn(signing_secret="s"), SlackStandIn(signing_secret="s")
+
+    ids = [first._ws.next_event_id(), first._ws.next_event_id(), second._ws.next_event_id()]
+
+    assert len(set(ids)) == 3 and all(i.startswith("Ev") for i in ids)

@@ -6,9 +6,10 @@ in Redis and imported by whichever worker runs the resume, possibly weeks later.
 Whoever can write to Redis can write such a path, so a worker imports only the modules its
 own ``HANDOFF_RESUME_MODULES`` lists (read from its environment, never from Redis): a path
 outside them is refused before anything is imported (``ResumeTargetRefused``), and its
-resume fails at once, without retries. The adapters' own entry points (``worker.adapters``)
-are always allowed; they check the paths they import in turn (``load_object``). Empty, the
-setting allows any module, as before it existed.
+resume fails at once, without retries; and what the path reaches must be defined in one of
+those modules, not merely reached through one (``walk_path``). The adapters' own entry
+points (``ALWAYS_ALLOWED``, exactly) are always allowed; they check the paths they import in
+turn (``load_object``). Empty, the setting allows any module, as before it existed.
 """
 
 from __future__ import annotations
@@ -27,9 +28,16 @@ from store.settings import StoreSettings
 ResumeTarget = Callable[..., Any]
 
 RESUME_MODULES_SETTING = "HANDOFF_RESUME_MODULES"
-ALWAYS_ALLOWED = ("worker.adapters",)
-"""The adapters' resume entry points: allowed whatever the setting says (they check the
-paths they import themselves)."""
+ALWAYS_ALLOWED = frozenset(
+    {
+        "worker.adapters.decorators:run_approved_call",
+        "worker.adapters.langgraph:resume_thread",
+        "worker.adapters.openai_agents:resume_run",
+    }
+)
+"""The adapters' resume entry points, exactly: allowed whatever the setting says (they
+check the paths they import in turn, ``walk_path``). Nothing else of ``worker.adapters`` is:
+``worker.adapters.decorators:inspect.os.system`` names ``os.system`` through it."""
 
 
 class ResumeTargetRefused(InvalidResumeTarget):
@@ -73,16 +81,47 @@ def check_allowed(
 ) -> None:
     """Raise ``ResumeTargetRefused`` unless the module of ``path`` (``"module:attribute"``)
     may be imported: it is in ``allowed`` (default: this process's,
-    ``allowed_resume_modules``) or in ``ALWAYS_ALLOWED``. Imports nothing."""
+    ``allowed_resume_modules``), or ``path`` is one of ``ALWAYS_ALLOWED``. Imports nothing."""
     modules = allowed_resume_modules() if allowed is None else tuple(allowed)
     module = path.partition(":")[0].strip()
-    if module_allowed(module, modules) or module_allowed(module, ALWAYS_ALLOWED):
+    if path.strip() in ALWAYS_ALLOWED or module_allowed(module, modules):
         return
     raise ResumeTargetRefused(
         f"{what} {path} is not in {RESUME_MODULES_SETTING} ({','.join(modules)}); "
         f"nothing of it was imported: add {module or 'its module'} to {RESUME_MODULES_SETTING} "
         "in the environment of the worker (and of the agent) if it is yours"
     )
+
+
+def walk_path(
+    module: Any, path: str, allowed: Sequence[str] | None = None, *, what: str = "resume target"
+) -> Any:
+    """The object ``path``'s attribute part names in ``module`` (already imported, after
+    ``check_allowed``), kept to the allowed modules too: the walk may not pass through
+    another module (``steps:os.system`` where ``steps`` imported ``os``), and the object
+    reached must be defined in an allowed module (``steps:system`` after ``from os import
+    system`` is ``posix.system``). Raises ``AttributeError`` for a missing attribute."""
+    modules = allowed_resume_modules() if allowed is None else tuple(allowed)
+    target: Any = module
+    for part in path.partition(":")[2].split("."):
+        target = getattr(target, part)
+        if modules and inspect.ismodule(target):
+            raise ResumeTargetRefused(
+                f"{what} {path} goes through the module {target.__name__}; name the "
+                "function in the module that defines it"
+            )
+    if path.strip() in ALWAYS_ALLOWED or not modules:
+        return target
+    owner = getattr(target, "__module__", None)
+    if not isinstance(owner, str):  # an instance: its class says where it comes from
+        owner = getattr(type(target), "__module__", None)
+    if not isinstance(owner, str) or not module_allowed(owner, modules):
+        raise ResumeTargetRefused(
+            f"{what} {path} is defined in {owner or 'no module'}, which is not in "
+            f"{RESUME_MODULES_SETTING} ({','.join(modules)}); name a function of your own "
+            "modules"
+        )
+    return target
 
 
 # Optional keyword arguments a target may declare to receive.
@@ -116,14 +155,12 @@ def _resolve_cached(path: str) -> ResumeTarget:
             f"resume target {path!r}: cannot import module {module_name!r} ({exc}); "
             "it must be importable by the worker (check PYTHONPATH)"
         ) from exc
-    target: Any = module
-    for part in attribute.split("."):
-        try:
-            target = getattr(target, part)
-        except AttributeError:
-            raise InvalidResumeTarget(
-                f"resume target {path!r}: module {module_name!r} has no {attribute!r}"
-            ) from None
+    try:
+        target = walk_path(module, path)
+    except AttributeError:
+        raise InvalidResumeTarget(
+            f"resume target {path!r}: module {module_name!r} has no {attribute!r}"
+        ) from None
     if not callable(target):
         raise InvalidResumeTarget(f"resume target {path!r} is not callable")
     try:

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 import anyio
-import jsonschema
 import rfc8785
 from fastapi import Depends, FastAPI, Header, Query, Request, Response
 from pydantic import ValidationError
@@ -25,6 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from bot.api.auth import authenticate, require_admin
 from bot.api.problems import ApiProblem, install, problem_response
 from bot.api.schemas import (
+    IDEMPOTENCY_KEY_MAX,
     AuditEventOut,
     AuditPage,
     CancelHandoff,
@@ -36,13 +36,15 @@ from bot.api.schemas import (
 )
 from bot.api.waiters import DecisionHub
 from store.api_keys import ApiKey, ApiKeys
+from store.arg_schemas import argument_errors
+from store.exceptions import HandoffNotFound
 from store.ids import new_handoff_id
 from store.models import AuditEvent, Callback, Handoff, HandoffRequest, RequestType, Status
 from store.repository import HandoffStore
 from worker.outbound import UnsafeUrl, check_url
 
 API_VERSION = "1"
-MAX_WAIT_SECONDS = 60
+MAX_POLL_SECONDS = 60
 _BODY_OVERHEAD = 16 * 1024
 """Bytes of a create body beyond its context and payload (ids, routing, metadata keys)."""
 
@@ -159,8 +161,8 @@ def build_app(store: HandoffStore, config: ApiConfig) -> FastAPI:
     def visible(handoff_id: str, key: ApiKey) -> Handoff:
         handoff = store.get(handoff_id)  # HandoffNotFound: 404
         if not _visible(handoff, key):
-            # Another key's handoff is "not found", so ids do not leak.
-            raise ApiProblem(404, f"no handoff with id {handoff_id!r} for this key")
+            # Another key's handoff is "not found", in the same words, so ids do not leak.
+            raise HandoffNotFound(handoff_id)
         return handoff
 
     @app.get("/healthz", include_in_schema=False)
@@ -183,20 +185,28 @@ def build_app(store: HandoffStore, config: ApiConfig) -> FastAPI:
         body: CreateHandoff,
         key: Key,
         response: Response,
-        idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+        idempotency_key: Annotated[str | None, Header(max_length=IDEMPOTENCY_KEY_MAX)] = None,
     ) -> HandoffOut:
         """Create a handoff; it is posted to Slack by a worker."""
         request = _request_of(body, key, idempotency_key, config)
-        wait = keys.take_create(key, default_per_minute=config.creates_per_minute)
-        if wait is not None:
-            raise ApiProblem(
-                429,
-                f"key {key.name!r} created its handoffs for this minute; retry after {wait:.0f} s",
-                headers={"Retry-After": str(int(wait + 0.999))},
-            )
-        if request.idempotency_key:
-            _claim_idempotency(store, request.idempotency_key, body)
-        created = store.create(request, handoff_id=new_handoff_id(), actor=f"api:{key.name}")
+        scoped = request.idempotency_key
+        claimed = _claim_idempotency(store, scoped, body) if scoped else None
+        try:
+            if claimed is not False:  # a replay of a create that happened is not counted
+                wait = keys.take_create(key, default_per_minute=config.creates_per_minute)
+                if wait is not None:
+                    raise ApiProblem(
+                        429,
+                        f"key {key.name!r} created its handoffs for this minute; retry "
+                        f"after {wait:.0f} s",
+                        headers={"Retry-After": str(int(wait + 0.999))},
+                    )
+            created = store.create(request, handoff_id=new_handoff_id(), actor=f"api:{key.name}")
+        except BaseException:
+            if claimed and scoped:
+                # Nothing was created under the key: a corrected request may use it.
+                _release_idempotency(store, scoped)
+            raise
         response.status_code = 201 if created.created else 200
         response.headers["Location"] = f"/v1/handoffs/{created.handoff.id}"
         return HandoffOut.of(created.handoff)
@@ -210,7 +220,7 @@ def build_app(store: HandoffStore, config: ApiConfig) -> FastAPI:
             float,
             Query(
                 ge=0,
-                le=MAX_WAIT_SECONDS,
+                le=MAX_POLL_SECONDS,
                 description="Hold the request up to this many seconds until the handoff "
                 "is decided; answers with its state either way.",
             ),
@@ -260,16 +270,24 @@ def build_app(store: HandoffStore, config: ApiConfig) -> FastAPI:
                 "filter by run_id or by channel, not both",
                 errors=[{"field": "channel", "message": "give run_id or channel"}],
             )
-        if run_id:
+        if not key.admin:
+            # An agent key pages through its own index only, so neither the handoffs nor
+            # the cursors of other keys show; the filters apply within it.
+            index = store.keys.pending_by_key(key.name)
+        elif run_id:
             index = store.keys.pending_by_run(run_id)
         elif channel:
             index = store.keys.pending_by_channel(channel)
-        elif key.admin:
-            index = store.keys.pending
         else:
-            index = store.keys.pending_by_key(key.name)
+            index = store.keys.pending
         page = store.list_pending(index, cursor=cursor, limit=limit)
-        shown = [HandoffOut.of(h) for h in page.items if _visible(h, key)]
+        shown = [
+            HandoffOut.of(h)
+            for h in page.items
+            if _visible(h, key)
+            and (not run_id or h.run_id == run_id)
+            and (not channel or h.channel == channel)
+        ]
         return HandoffPage(handoffs=shown, next_cursor=page.next_cursor)
 
     @app.get("/v1/handoffs/{handoff_id}/audit", response_model=AuditPage)
@@ -426,7 +444,7 @@ def _request_of(
         raise ApiProblem(422, f"the request is not valid: {fields}", errors=errors) from None
 
 
-def _claim_idempotency(store: HandoffStore, scoped_key: str, body: CreateHandoff) -> None:
+def _claim_idempotency(store: HandoffStore, scoped_key: str, body: CreateHandoff) -> bool:
     """Remember the body first used with an idempotency key; 409 for another body.
 
     The store's idempotency returns the first handoff for a key whatever the request; the
@@ -439,7 +457,7 @@ def _claim_idempotency(store: HandoffStore, scoped_key: str, body: CreateHandoff
     ttl = int(store.config.retention_seconds) + 86400
     redis: Redis = store.redis
     if redis.set(where, digest, nx=True, ex=ttl):
-        return
+        return True
     first = redis.get(where)
     first_text = first.decode() if isinstance(first, bytes) else first
     if first_text != digest:
@@ -447,6 +465,14 @@ def _claim_idempotency(store: HandoffStore, scoped_key: str, body: CreateHandoff
             409,
             "this Idempotency-Key was used with another body; use a new key for a new request",
         )
+    return False
+
+
+def _release_idempotency(store: HandoffStore, scoped_key: str) -> None:
+    """Forget a body digest claimed by a create that then failed, unless the store did
+    create a handoff under the key after all (another request's)."""
+    if not store.redis.exists(store.keys.idempotency(scoped_key)):
+        store.redis.delete(store.keys.idempotency(scoped_key) + ":body")
 
 
 def _check_edited_args(handoff: Handoff, edited: dict[str, Any]) -> None:
@@ -463,7 +489,7 @@ def _check_edited_args(handoff: Handoff, edited: dict[str, Any]) -> None:
                 "field": "edited_args" + "".join(f".{p}" for p in error.path),
                 "message": error.message,
             }
-            for error in jsonschema.Draft202012Validator(action.args_schema).iter_errors(edited)
+            for error in argument_errors(action.args_schema, edited)
         ]
         if problems:
             raise ApiProblem(422, "edited_args do not fit the action's schema", errors=problems)

@@ -10,6 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from store.models import (
+    MAX_WAIT_SECONDS,
     ApprovalPayload,
     CorrectionPayload,
     EscalationPayload,
@@ -18,6 +19,9 @@ from store.models import (
     RequestType,
 )
 from store.public import HandoffView
+
+IDEMPOTENCY_KEY_MAX = 180
+"""Stored as ``<key name>/<idempotency key>``: 64 + 1 + 180 fit the store's 256."""
 
 
 class _Body(BaseModel):
@@ -55,13 +59,15 @@ class CreateHandoff(_Body):
     channel: str | None = Field(default=None, description="Slack channel id (C…, G…) or user id.")
     reviewers: list[str] = Field(default_factory=list, description="User (U…) or group (S…) ids.")
     requester: str | None = None
-    expires_in_seconds: float | None = Field(default=None, gt=0)
+    expires_in_seconds: float | None = Field(
+        default=None, gt=0, le=MAX_WAIT_SECONDS, allow_inf_nan=False
+    )
     metadata: dict[str, Any] = Field(default_factory=dict)
     callback: CallbackIn | None = None
     idempotency_key: str | None = Field(
         default=None,
         min_length=1,
-        max_length=200,
+        max_length=IDEMPOTENCY_KEY_MAX,
         description="The same key and body return the same handoff (or the Idempotency-Key "
         "header).",
     )

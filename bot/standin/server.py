@@ -1029,7 +1029,7 @@ class SlackStandIn:
         """The JSON body that delivers ``event`` in an event_callback envelope, not sent
         (kept, so that ``resend_event`` can deliver it again by its event_id)."""
         with self._ws.lock:
-            event_id = event_id or self._ws.next_id("Ev")
+            event_id = event_id or self._ws.next_event_id()
             body = json.dumps(payloads.event_callback(self._ws, dict(event), event_id=event_id))
             self._ws.events[event_id] = body.encode()
         return body.encode()

@@ -121,6 +121,10 @@ class Workspace:
         """Event bodies sent to the bot, by event_id, for ``resend_event``."""
         self._last_ts_micros = 0
         self._serial = 0
+        self._run_tag = secrets.token_hex(3).upper()
+        """Part of every event id: unique per stand-in, as Slack's are for all time (a bot
+        keeping event ids to drop Slack's retries, across runs of `handoff dev` on one
+        Redis, must never take a new event for an old one)."""
 
     # Ids and timestamps
 
@@ -137,6 +141,12 @@ class Workspace:
         with self.lock:
             self._serial += 1
             return f"{prefix}{self._serial:010d}"
+
+    def next_event_id(self) -> str:
+        """A new event id such as "Ev3FA9C10000000008", never one an earlier stand-in gave."""
+        with self.lock:
+            self._serial += 1
+            return f"Ev{self._run_tag}{self._serial:08d}"
 
     def issue_trigger(self, user: str) -> str:
         """A fresh trigger_id for ``user``, usable once within ``trigger_ttl`` seconds."""

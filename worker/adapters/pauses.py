@@ -66,7 +66,7 @@ from store.decoding import as_text
 from store.exceptions import HandoffError, InvalidHandoffRequest
 from store.models import ApprovalPayload, Handoff, ProposedAction, Status
 from worker.client import Handoffs, RequestOptions
-from worker.resume_targets import check_allowed
+from worker.resume_targets import check_allowed, walk_path
 
 logger = logging.getLogger(__name__)
 
@@ -475,12 +475,10 @@ def load_object(path: str) -> Any:
             f"cannot import {module_name!r} for {path!r} ({exc}); it must be importable "
             "by the agent and by the worker (check PYTHONPATH)"
         ) from exc
-    for part in attribute.split("."):
-        try:
-            target = getattr(target, part)
-        except AttributeError:
-            raise InvalidFactory(f"module {module_name!r} has no {attribute!r}") from None
-    return target
+    try:
+        return walk_path(target, path, what="adapter path")
+    except AttributeError:
+        raise InvalidFactory(f"module {module_name!r} has no {attribute!r}") from None
 
 
 def forget_built() -> None:

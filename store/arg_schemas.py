@@ -1,0 +1,125 @@
+"""JSON schemas of an approval's arguments (``args_schema``): checked once when the handoff
+is created, and used to check a reviewer's edited arguments (in Slack's edit modal and the
+HTTP API's decision), safely.
+
+A schema comes from the agent, so it is untrusted input to the process that applies it:
+
+- ``$ref`` may point only inside the schema (``#...``): jsonschema would otherwise fetch a
+  remote or ``file:`` URL with ``urlopen`` while validating, from inside the deployment's
+  network. Validation runs with an empty ``referencing`` registry that retrieves nothing.
+- ``pattern`` and ``patternProperties`` run with the ``regex`` package and a time limit
+  (``PATTERN_SECONDS``): Python's ``re`` has none, and one catastrophic pattern would hold
+  the process (and, through the GIL, every other request in it) for minutes.
+- The schema itself must be a valid Draft 2020-12 schema, and a small one.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import jsonschema
+import regex
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError, ValidationError
+from referencing import Registry
+from referencing.exceptions import Unresolvable
+
+PATTERN_SECONDS = 0.05
+"""Longest a schema's pattern may take on one value."""
+MAX_SCHEMA_BYTES = 16 * 1024
+
+
+class _PatternFailed(Exception):
+    """A pattern that cannot be applied in time (or at all); becomes a validation error."""
+
+
+def _search(pattern: str, value: str) -> bool:
+    try:
+        return regex.search(pattern, value, timeout=PATTERN_SECONDS) is not None
+    except TimeoutError:
+        raise _PatternFailed(
+            f"the pattern {pattern!r} took too long on this value; simplify the schema"
+        ) from None
+    except regex.error as exc:
+        raise _PatternFailed(f"the pattern {pattern!r} is not a valid regex ({exc})") from None
+
+
+def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[ValidationError]:
+    if not isinstance(instance, str):
+        return
+    try:
+        matched = _search(pattern, instance)
+    except _PatternFailed as exc:
+        yield ValidationError(str(exc))
+        return
+    if not matched:
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+def _pattern_properties(
+    validator: Any, patterns: dict[str, Any], instance: Any, schema: Any
+) -> Iterator[ValidationError]:
+    if not isinstance(instance, dict):
+        return
+    for pattern, subschema in patterns.items():
+        for name, value in instance.items():
+            try:
+                matched = _search(pattern, name)
+            except _PatternFailed as exc:
+                yield ValidationError(str(exc))
+                return
+            if matched:
+                yield from validator.descend(value, subschema, path=name, schema_path=pattern)
+
+
+_Validator = jsonschema.validators.extend(
+    Draft202012Validator,
+    {"pattern": _pattern, "patternProperties": _pattern_properties},
+)
+_NO_RETRIEVAL: Registry[Any] = Registry()
+"""An empty registry without a ``retrieve``: a ``$ref`` it does not hold fails, unfetched."""
+
+
+def _refs(value: Any) -> Iterator[str]:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key in ("$ref", "$dynamicRef") and isinstance(item, str):
+                yield item
+            else:
+                yield from _refs(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _refs(item)
+
+
+def schema_problem(schema: dict[str, Any]) -> str | None:
+    """Why ``schema`` cannot be an ``args_schema`` (None when it can)."""
+    if len(json.dumps(schema, default=str)) > MAX_SCHEMA_BYTES:
+        return f"args_schema is over {MAX_SCHEMA_BYTES} bytes"
+    for ref in _refs(schema):
+        if not ref.startswith("#"):
+            return (
+                f"args_schema refers to {ref!r}: only references inside the schema (#/...) "
+                "are allowed, nothing is fetched"
+            )
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        return f"args_schema is not a valid JSON schema: {exc.message}"
+    return None
+
+
+def validator_for(schema: dict[str, Any]) -> Any:
+    """A validator of arguments against ``schema`` (already checked by ``schema_problem``)."""
+    return _Validator(schema, registry=_NO_RETRIEVAL)
+
+
+def argument_errors(schema: dict[str, Any], args: dict[str, Any]) -> list[ValidationError]:
+    """What is wrong with ``args`` against ``schema``; a reference the schema cannot resolve
+    is an error about the schema, never a fetch."""
+    try:
+        return list(validator_for(schema).iter_errors(args))
+    except Unresolvable as exc:
+        return [ValidationError(f"args_schema cannot be applied: {exc}")]
