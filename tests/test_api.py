@@ -290,3 +290,74 @@ def test_audit_of_a_handoff_for_its_key_and_of_the_namespace_for_admins(
     ]
     assert rest["next_cursor"] is None
     assert bad_cursor.status_code == 422
+
+
+def _nested(depth: int) -> object:
+    value: object = 1
+    for _ in range(depth):
+        value = {"x": value}
+    return value
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"expires_in_seconds": 1e12}, "expires_in_seconds"),
+        ({"action": {"name": "x", "args": {}, "args_schema": {"$ref": "http://127.0.0.1:9/"}}},
+         "action.args_schema"),
+        ({"metadata": {"a": {"b": {"c": 1}}} | {"deep": _nested(40)}}, "metadata"),
+    ],
+)  # fmt: skip
+def test_requests_the_store_could_not_read_back_are_422_and_write_nothing(
+    api: str, keys: ApiKeys, redis: Redis, change: dict[str, object], field: str
+) -> None:
+    agent = _client(api, keys.create("agent").key)
+    before = sorted(redis.keys("*"))
+
+    refused = agent.post("/v1/handoffs", json={**APPROVAL, **change})
+
+    assert refused.status_code == 422, refused.text
+    assert any(field in e["field"] for e in refused.json()["errors"]), refused.json()
+    assert sorted(redis.keys("*")) == before
+
+
+def test_non_finite_numbers_are_refused_not_stored_as_null(api: str, keys: ApiKeys) -> None:
+    agent = _client(api, keys.create("agent").key)
+    body = json.dumps(APPROVAL).replace('"amount": 30', '"amount": NaN')
+
+    refused = agent.post("/v1/handoffs", content=body, headers={"content-type": "application/json"})
+
+    assert refused.status_code == 422, refused.text
+    assert "not a JSON number" in refused.text
+
+
+def test_filters_never_show_another_keys_handoffs_or_cursors(api: str, keys: ApiKeys) -> None:
+    mine = _client(api, keys.create("mine").key)
+    theirs = _client(api, keys.create("theirs").key)
+    victim = theirs.post("/v1/handoffs", json={**APPROVAL, "run_id": "victim-run"}).json()
+
+    page = mine.get("/v1/handoffs", params={"run_id": "victim-run", "limit": 1}).json()
+    by_channel = mine.get("/v1/handoffs", params={"channel": "C0PAY", "limit": 1}).json()
+    other = mine.get(f"/v1/handoffs/{victim['id']}")
+    missing = mine.get("/v1/handoffs/ho_01NOSUCHHANDOFF0000000000")
+
+    assert page == {"handoffs": [], "next_cursor": None}
+    assert by_channel == {"handoffs": [], "next_cursor": None}
+    assert other.status_code == missing.status_code == 404
+    # The same words for another key's handoff and for none at all.
+    assert other.json()["detail"].replace(victim["id"], "X") == missing.json()["detail"].replace(
+        "ho_01NOSUCHHANDOFF0000000000", "X"
+    )
+
+
+def test_an_idempotency_key_whose_create_failed_can_be_used_again(api: str, keys: ApiKeys) -> None:
+    agent = _client(api, keys.create("agent").key)
+    headers = {"Idempotency-Key": "retry-me"}
+    too_big = agent.post(
+        "/v1/handoffs", json={**APPROVAL, "context": "x" * 70_000}, headers=headers
+    )
+
+    fixed = agent.post("/v1/handoffs", json=APPROVAL, headers=headers)
+
+    assert too_big.status_code == 413
+    assert fixed.status_code == 201, fixed.text

@@ -433,13 +433,14 @@ def _request_of(
             }
         )
     except ValidationError as exc:
-        errors = [
-            {
-                "field": ".".join(str(p) for p in e["loc"]) or "body",
-                "message": str(e["msg"]).removeprefix("Value error, "),
-            }
-            for e in exc.errors()
-        ]
+        errors = []
+        for e in exc.errors():
+            message = str(e["msg"]).removeprefix("Value error, ")
+            field_name = ".".join(str(p) for p in e["loc"])
+            if not field_name:  # a check of the whole request names the field itself
+                field_name, _, rest = message.partition(": ")
+                message = rest or message
+            errors.append({"field": field_name or "body", "message": message})
         fields = ", ".join(e["field"] for e in errors)
         raise ApiProblem(422, f"the request is not valid: {fields}", errors=errors) from None
 
