@@ -27,6 +27,8 @@ from store.keys import KeySpace
 
 KEY_PREFIX = "hk_"
 """Every API key starts so (a secret scanner can find leaked ones)."""
+REVOKED = "revoked"
+"""What a revoked key's name maps to, for ever."""
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
@@ -117,9 +119,12 @@ class ApiKeys:
         hashed = digest(key)
         # The name is claimed first (HSETNX), so two creates of one name cannot both win.
         if not self.redis.hsetnx(self.keys.api_key_names, name, hashed):
-            raise ApiKeyNameTaken(
-                f"a key named {name!r} exists; revoke it first or pick another name"
-            )
+            if _text(self.redis.hget(self.keys.api_key_names, name) or b"") == REVOKED:
+                raise ApiKeyNameTaken(
+                    f"a key named {name!r} was revoked, and names are never used again (its "
+                    "handoffs and idempotency keys stay its own); pick another name"
+                )
+            raise ApiKeyNameTaken(f"a key named {name!r} exists; pick another name")
         self.redis.set(self.keys.api_key(hashed), record.model_dump_json())
         return CreatedKey(record=record, key=key)
 
@@ -159,10 +164,12 @@ class ApiKeys:
     def revoke(self, name: str) -> None:
         """Revoke the key named ``name`` at once; raises ``ApiKeyError`` for an unknown name."""
         hashed = self.redis.hget(self.keys.api_key_names, name)
-        if hashed is None:
-            raise UnknownApiKey(f"no key named {name!r}; `handoff keys list` shows them")
+        if hashed is None or _text(hashed) == REVOKED:
+            raise UnknownApiKey(f"no live key named {name!r}; `handoff keys list` shows them")
         pipe = self.redis.pipeline(transaction=True)
-        pipe.hdel(self.keys.api_key_names, name)
+        # The name stays taken: handoffs are scoped to their key by name, and a new key of
+        # the same name must not inherit them (nor sign their callbacks).
+        pipe.hset(self.keys.api_key_names, name, REVOKED)
         pipe.delete(self.keys.api_key(_text(hashed)))
         pipe.execute()
 

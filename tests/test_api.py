@@ -361,3 +361,18 @@ def test_an_idempotency_key_whose_create_failed_can_be_used_again(api: str, keys
 
     assert too_big.status_code == 413
     assert fixed.status_code == 201, fixed.text
+
+
+def test_a_revoked_keys_name_is_never_given_to_a_new_key(api: str, keys: ApiKeys) -> None:
+    from store.api_keys import ApiKeyNameTaken
+
+    old = keys.create("reused")
+    created = _client(api, old.key).post("/v1/handoffs", json=APPROVAL).json()
+    keys.revoke("reused")
+
+    with pytest.raises(ApiKeyNameTaken, match="never used again"):
+        keys.create("reused")
+    assert keys.get("reused") is None  # nothing left to sign its callbacks with
+    assert [k.name for k in keys.list()] == []
+    admin = _client(api, keys.create("ops", admin=True).key)
+    assert admin.get(f"/v1/handoffs/{created['id']}").json()["api_key"] == "reused"

@@ -19,6 +19,7 @@ from standardwebhooks.webhooks import WebhookVerificationError
 
 from bot.api.app import ApiConfig
 from store.api_keys import ApiKeys
+from store.ids import new_handoff_id
 from store.models import TaskState
 from tests.conftest import ROOT, WorkerProcesses, wait_until
 from tests.support.api_server import serve_api
@@ -90,7 +91,7 @@ def test_a_receiver_that_never_answers_ends_resume_failed_and_retry_sends_again(
         handoffs.decide(handoff_id, "answered", by="U0ANA", answer="x")
         wait_until(lambda: handoffs.get(handoff_id).resume.state is TaskState.FAILED, timeout=60)
         failed = handoffs.get(handoff_id).resume
-        assert failed.attempt == 3 and "ReadTimeout" in (failed.last_error or "")
+        assert failed.attempt == 3 and "did not answer within 1 s" in (failed.last_error or "")
 
         retried = subprocess.run(
             [sys.executable, "-m", "bot.cli", "retry", handoff_id],
@@ -126,3 +127,52 @@ def test_a_redirect_is_not_followed(
         assert len(receiver.received) == 3
         assert internal.received == []  # the redirect's target was never called
     assert "answered 302" in (handoffs.get(handoff_id).resume.last_error or "")
+
+
+def test_a_receiver_that_drips_its_answer_is_given_up_on_in_time(
+    handoffs: Handoffs, redis: Redis
+) -> None:
+    import socket
+    import threading
+    import time
+
+    from store.models import Callback, HandoffRequest, QuestionPayload
+    from worker.webhooks import WebhookConfig, WebhookFailed, send_callback
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    stop = threading.Event()
+
+    def drip() -> None:
+        connection, _ = listener.accept()
+        connection.recv(65536)
+        for byte in b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok":
+            if stop.wait(0.3):
+                break
+            connection.send(bytes([byte]))
+        connection.close()
+
+    threading.Thread(target=drip, daemon=True).start()
+    key = ApiKeys(redis, handoffs.store.keys).create("drip")
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/hook"
+    request = HandoffRequest(
+        run_id="r",
+        thread_id="t",
+        request_type="question",
+        payload=QuestionPayload(question="?"),
+        api_key="drip",
+        callback=Callback(url=url),
+    )
+    handoff = handoffs.store.create(request, handoff_id=new_handoff_id()).handoff
+    config = WebhookConfig(allowed_hosts=frozenset({"127.0.0.1"}), timeout_seconds=1)
+
+    started = time.monotonic()
+    with pytest.raises(WebhookFailed, match="did not answer within 1 s"):
+        send_callback(handoffs.store, handoff, config)
+    took = time.monotonic() - started
+    stop.set()
+    listener.close()
+
+    assert took < 3, took  # the whole exchange, not each read, is bounded
+    assert key.record.name == "drip"

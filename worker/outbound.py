@@ -37,14 +37,26 @@ def resolve_all(host: str, port: int) -> list[str]:
     return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
 
+_EMBEDDING_IPV4 = (
+    ipaddress.ip_network("64:ff9b::/96"),  # NAT64, well-known prefix (RFC 6052)
+    ipaddress.ip_network("64:ff9b:1::/48"),  # NAT64, local use (RFC 8215)
+    ipaddress.ip_network("::/96"),  # IPv4-compatible (deprecated, still routed by some)
+    ipaddress.ip_network("::ffff:0:0:0/96"),  # IPv4-translated (SIIT, RFC 2765)
+)
+"""IPv6 ranges whose last 32 bits are an IPv4 address a gateway may forward to: the
+IPv4 address decides (``64:ff9b::a9fe:a9fe`` is 169.254.169.254 behind a NAT64)."""
+
+
 def _public(address: str) -> bool:
     ip = ipaddress.ip_address(address.split("%", 1)[0])
     if isinstance(ip, ipaddress.IPv6Address):
         mapped = ip.ipv4_mapped or ip.sixtofour
         if mapped is not None:
             return _public(str(mapped))
-        if ip.teredo is not None:
+        if ip.teredo is not None or ip.is_site_local:
             return False
+        if any(ip in network for network in _EMBEDDING_IPV4):
+            return _public(str(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)))
     return ip.is_global and not ip.is_multicast
 
 

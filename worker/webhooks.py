@@ -11,6 +11,7 @@ no redirect is followed and at most ``MAX_RESPONSE_BYTES`` of the answer are rea
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -71,18 +72,13 @@ def send_callback(store: HandoffStore, handoff: Handoff, config: WebhookConfig) 
         headers["host"] = _host_header(checked.url)
         extensions["sni_hostname"] = checked.host
     try:
-        with (
-            httpx.Client(timeout=config.timeout_seconds, follow_redirects=False) as client,
-            client.stream(
-                "POST",
-                checked.pinned_url(),
-                content=body.encode(),
-                headers=headers,
-                extensions=extensions,
-            ) as answer,
-        ):
-            _read_some(answer)
-            status = answer.status_code
+        status = asyncio.run(
+            _post(checked.pinned_url(), body.encode(), headers, extensions, config)
+        )
+    except TimeoutError:
+        raise WebhookFailed(
+            f"callback to {checked.host} did not answer within {config.timeout_seconds:g} s"
+        ) from None
     except httpx.HTTPError as exc:
         raise WebhookFailed(
             f"callback to {checked.host} failed: {type(exc).__name__}: {exc}"
@@ -92,17 +88,38 @@ def send_callback(store: HandoffStore, handoff: Handoff, config: WebhookConfig) 
     return status
 
 
+async def _post(
+    url: str,
+    body: bytes,
+    headers: dict[str, str],
+    extensions: dict[str, str],
+    config: WebhookConfig,
+) -> int:
+    """POST within ``config.timeout_seconds`` in all: httpx's timeouts bound each read, so a
+    receiver dripping a byte a second would hold the worker until the job's own timeout;
+    ``asyncio.timeout`` bounds the whole exchange."""
+    async with asyncio.timeout(config.timeout_seconds):
+        async with (
+            httpx.AsyncClient(timeout=config.timeout_seconds, follow_redirects=False) as client,
+            client.stream(
+                "POST", url, content=body, headers=headers, extensions=extensions
+            ) as answer,
+        ):
+            await _read_some(answer)
+            return answer.status_code
+
+
 def _host_header(url: str) -> str:
     from urllib.parse import urlsplit
 
     return urlsplit(url).netloc.rpartition("@")[2]
 
 
-def _read_some(answer: httpx.Response) -> bytes:
+async def _read_some(answer: httpx.Response) -> bytes:
     """At most ``MAX_RESPONSE_BYTES`` of the answer: a receiver cannot make the worker
     read a huge body."""
     taken = b""
-    for chunk in answer.iter_raw():
+    async for chunk in answer.aiter_raw():
         taken += chunk
         if len(taken) >= MAX_RESPONSE_BYTES:
             break

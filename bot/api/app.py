@@ -18,6 +18,7 @@ import rfc8785
 from fastapi import Depends, FastAPI, Header, Query, Request, Response
 from pydantic import ValidationError
 from redis import Redis
+from redis.asyncio import BlockingConnectionPool as AsyncBlockingConnectionPool
 from redis.asyncio import Redis as AsyncRedis
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -34,7 +35,7 @@ from bot.api.schemas import (
     HandoffPage,
     Problem,
 )
-from bot.api.waiters import DecisionHub
+from bot.api.waiters import AsyncReads, DecisionHub
 from store.api_keys import ApiKey, ApiKeys
 from store.arg_schemas import argument_errors
 from store.exceptions import HandoffNotFound
@@ -45,6 +46,8 @@ from worker.outbound import UnsafeUrl, check_url
 
 API_VERSION = "1"
 MAX_POLL_SECONDS = 60
+READ_CONNECTIONS = 32
+"""Redis connections the waits' reads share (each read takes one for a round trip)."""
 _BODY_OVERHEAD = 16 * 1024
 """Bytes of a create body beyond its context and payload (ids, routing, metadata keys)."""
 
@@ -129,15 +132,31 @@ def build_app(store: HandoffStore, config: ApiConfig) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        redis = AsyncRedis.from_url(config.redis_url)
-        hub = DecisionHub(redis, store.keys)
+        # The subscription's connection waits for messages as long as it likes (a health
+        # check finds a dead one); reads give up after a few seconds (a 503), and share a
+        # bounded pool, however many waits are held.
+        subscriber = AsyncRedis.from_url(
+            config.redis_url, socket_connect_timeout=2, health_check_interval=15
+        )
+        readers = AsyncRedis(
+            connection_pool=AsyncBlockingConnectionPool.from_url(
+                config.redis_url,
+                max_connections=READ_CONNECTIONS,
+                timeout=10,
+                socket_connect_timeout=2,
+                socket_timeout=5,
+            )
+        )
+        hub = DecisionHub(subscriber, store.keys)
         await hub.start()
         app.state.hub = hub
+        app.state.reads = AsyncReads(readers, store)
         try:
             yield
         finally:
             await hub.stop()
-            await redis.aclose()
+            await subscriber.aclose()
+            await readers.aclose()
 
     app = FastAPI(
         title="slack-handoff API",
@@ -228,9 +247,17 @@ def build_app(store: HandoffStore, config: ApiConfig) -> FastAPI:
     ) -> HandoffOut:
         """A handoff; with ``wait``, once it is decided or the time is up."""
         hub: DecisionHub = request.app.state.hub
+        reads: AsyncReads = request.app.state.reads
+
+        async def read() -> Handoff:
+            handoff = await reads.get(handoff_id)
+            if not _visible(handoff, key):
+                raise HandoffNotFound(handoff_id)
+            return handoff
+
         event = hub.register(handoff_id) if wait else None
         try:
-            handoff = await anyio.to_thread.run_sync(visible, handoff_id, key)
+            handoff = await read()
             if event is not None:
                 deadline = anyio.current_time() + wait
                 while handoff.is_pending:
@@ -240,7 +267,7 @@ def build_app(store: HandoffStore, config: ApiConfig) -> FastAPI:
                     with anyio.move_on_after(remaining):
                         await event.wait()
                     event.clear()
-                    handoff = await anyio.to_thread.run_sync(visible, handoff_id, key)
+                    handoff = await read()
             return HandoffOut.of(handoff)
         finally:
             if event is not None:

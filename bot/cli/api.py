@@ -22,8 +22,11 @@ def api(host: str, port: int) -> None:
 
     current = settings()
     url = current.require_redis_url()
+    # Reads give up after a few seconds (a 503 with Retry-After) rather than hang on a
+    # Redis that stopped answering.
+    redis = current.open_redis(socket_connect_timeout=2, socket_timeout=5)
     app = build_app(
-        current.open_store(),
+        current.open_store(redis=redis),
         ApiConfig(
             redis_url=url,
             creates_per_minute=current.api_creates_per_minute,
