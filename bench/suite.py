@@ -29,6 +29,7 @@ BENCHMARKS = {
     "memory": "Redis memory per pending handoff",
     "listing": "/handoff list and the App Home with many pending handoffs",
     "langgraph_resume": "a LangGraph resume through the adapter against a direct one",
+    "api": "create+decide over HTTP against the Python client; 1,000 held ?wait= requests",
 }
 """Module of ``bench`` -> what it measures, in the order they run."""
 

@@ -51,6 +51,16 @@ EXPECTED_ROWS = [
     "App Home, admin (data + Block Kit) p99, 500 pending",
     # bench/langgraph_resume.py
     "LangGraph resume, adapter / direct (median)",
+    # bench/api.py (quick runs hold 50 waits)
+    "create+decide over HTTP, 4 threads",
+    "create+decide, Python client, 4 threads",
+    "create+decide, HTTP / Python client",
+    "API memory per held wait, 50 held",
+    "API CPU per second idle, 50 waits held",
+    "decision -> wait answered, 50 held, tight loop p50",
+    "decision -> wait answered, 50 held, tight loop p99",
+    "decision -> wait answered, 50 held, 200/s p50",
+    "decision -> wait answered, 50 held, 200/s p99",
 ]
 
 # A measured value as the table shows it: 0.62x, 12.3 ms, 1,234 ms, 4,079 B, 1,500/s.
