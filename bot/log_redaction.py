@@ -49,6 +49,13 @@ def redact(text: str, secrets: Iterable[str]) -> str:
     return URL_PASSWORD.sub(rf"\g<1>{REDACTED}@", text)
 
 
+def _forms(secret: str) -> set[str]:
+    """``secret`` as a log line may hold it: as it is, escaped (``repr`` of a header holding
+    a token with a newline shows ``\\n``), and each of its lines."""
+    escaped = secret.encode("unicode_escape").decode("ascii", "replace")
+    return {secret, escaped, *secret.splitlines()}
+
+
 def install(secrets: Iterable[str | None]) -> Callable[[], None]:
     """Redact ``secrets`` (None and short values are skipped), Slack tokens, response URLs
     and URL passwords from every log record created in this process from now on; returns a
@@ -59,7 +66,9 @@ def install(secrets: Iterable[str | None]) -> Callable[[], None]:
     record after the factory made it) and ``Formatter.formatException`` (formatters that
     render ``exc_info`` themselves rather than using the redacted ``exc_text``).
     """
-    values = sorted({s for s in secrets if s and len(s) >= MIN_SECRET_LENGTH}, key=len)[::-1]
+    values = sorted(
+        {v for s in secrets if s for v in _forms(s) if len(v) >= MIN_SECRET_LENGTH}, key=len
+    )[::-1]
     previous_factory = logging.getLogRecordFactory()
     previous_make_record = logging.Logger.makeRecord
     previous_format_exception = logging.Formatter.formatException

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 from typing import Any, Self
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import AliasChoices, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -51,6 +51,24 @@ def redis_retry() -> Retry:
         EqualJitterBackoff(base=REDIS_RETRY_BASE_SECONDS, cap=REDIS_RETRY_CAP_SECONDS),
         REDIS_RETRIES,
     )
+
+
+def redacted_url(url: str) -> str:
+    """A Redis URL fit to show: its password, in the user part or as a ``password=`` query
+    option (redis-py takes both), replaced by ``***``."""
+    parts = urlsplit(url)
+    if parts.password is None and "password=" not in parts.query.lower():
+        return url
+    netloc = parts.netloc
+    if parts.password is not None:
+        host = netloc.rpartition("@")[2]
+        netloc = (f"{parts.username}:***@" if parts.username else ":***@") + host
+    query = "&".join(
+        f"{name}=***" if name.lower() == "password" else f"{name}={value}" if sep else name
+        for name, sep, value in (item.partition("=") for item in parts.query.split("&"))
+        if name
+    )
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
 
 
 def connect(url: str, **options: Any) -> Redis:

@@ -156,3 +156,56 @@ def test_the_built_in_scopes_are_the_manifests() -> None:
     if socket_mode.exists():  # the Socket Mode manifest asks for the same
         granted = yaml.safe_load(socket_mode.read_text())["oauth_config"]["scopes"]["bot"]
         assert frozenset(granted) == bot_scopes()
+
+
+def test_a_token_that_cannot_be_sent_is_a_failure_shown_masked(
+    durable_redis: RedisServer, slack: SlackStandIn
+) -> None:
+    token = "xoxb-1234567890\nSECRETTOKENPART"
+
+    done = _check("--json", REDIS_URL=durable_redis.url, **_slack_env(slack, SLACK_BOT_TOKEN=token))
+
+    assert done.returncode == ExitCode.ERROR, done.stderr
+    report = json.loads(done.stdout)  # still JSON, no traceback
+    assert any("auth.test could not be sent" in c["message"] for c in report["checks"])
+    assert "SECRETTOKENPART" not in done.stdout + done.stderr
+    assert "1234567890" not in done.stdout + done.stderr
+
+
+def test_a_password_in_the_query_is_not_shown() -> None:
+    done = _check(REDIS_URL="redis://127.0.0.1:1/3?password=TopSecretPW")
+
+    assert "TopSecretPW" not in done.stdout + done.stderr
+    assert "password=***" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("oauth_config: [unclosed", "is not valid YAML"),
+        ("oauth_config:\n  scopes:\n    bot: chat:write\n", "must be a list of scopes"),
+        ("features:\n  slash_commands: [/handoff]\n", "slash_commands must be a list"),
+    ],
+)
+def test_a_broken_manifest_is_a_failure_not_a_traceback(
+    durable_redis: RedisServer, tmp_path: Path, text: str, problem: str
+) -> None:
+    (tmp_path / "manifest.yml").write_text(text)
+
+    done = _check(cwd=tmp_path, REDIS_URL=durable_redis.url)
+
+    assert done.returncode == ExitCode.ERROR
+    assert problem in done.stdout and "Traceback" not in done.stderr
+
+
+def test_a_redis_that_refuses_config_is_warned_about_for_both_settings(tmp_path: Path) -> None:
+    gen = _server(tmp_path / "managed", "--rename-command", "CONFIG", "")
+    server = next(gen)
+    try:
+        done = _check(REDIS_URL=server.url)
+    finally:
+        gen.close()
+
+    warnings = [line for line in done.stdout.splitlines() if line.startswith("warn")]
+    assert any("persistence settings" in line for line in warnings), done.stdout
+    assert any("maxmemory-policy" in line for line in warnings), done.stdout

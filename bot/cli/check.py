@@ -24,7 +24,7 @@ from bot.cli.exit_codes import ExitCode
 from bot.cli.output import echo_json, json_option
 from bot.config import Settings
 from store.exceptions import ConfigurationError
-from store.settings import StoreSettings
+from store.settings import StoreSettings, redacted_url
 
 REDIS_TIMEOUT_SECONDS = 2.0
 """A Redis the workers can use answers a PING in milliseconds; past this it is not answering."""
@@ -50,18 +50,6 @@ def mask(secret: str) -> str:
     return f"{secret[:4]}…" if len(secret) > 8 else "…"
 
 
-def shown_url(url: str) -> str:
-    """A Redis URL without its password."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.netloc.rpartition("@")[2]
-    user = f"{parts.username}:***@" if parts.username else ":***@"
-    return urlunsplit(parts._replace(netloc=user + host))
-
-
 def check_redis(settings: StoreSettings) -> list[Finding]:
     """Reachable, and configured so that nothing acknowledged is lost: AOF on, no eviction."""
     if not settings.redis_url:
@@ -73,7 +61,7 @@ def check_redis(settings: StoreSettings) -> list[Finding]:
                 "set REDIS_URL=redis://host:6379/0 (or run `handoff dev` for an embedded one)",
             )
         ]
-    where = shown_url(settings.redis_url)
+    where = redacted_url(settings.redis_url)
     client = Redis.from_url(
         settings.redis_url,
         socket_connect_timeout=REDIS_TIMEOUT_SECONDS,
@@ -153,7 +141,16 @@ def _redis_config(client: Redis) -> list[Finding]:
             )
         )
     policy = _config(client, "maxmemory-policy")
-    if policy is not None and policy != "noeviction":
+    if policy is None:
+        findings.append(
+            Finding(
+                Level.WARN,
+                "redis",
+                "cannot read maxmemory-policy (CONFIG GET is refused)",
+                "make sure the server runs with maxmemory-policy noeviction",
+            )
+        )
+    elif policy != "noeviction":
         findings.append(
             Finding(
                 Level.FAIL,
@@ -173,7 +170,18 @@ def _workers(client: Redis, settings: StoreSettings) -> list[Finding]:
     from worker.queues import slack_queue_name
 
     queues = {settings.queue: 0, slack_queue_name(settings.queue): 0}
-    for worker in Worker.all(connection=client):
+    try:
+        workers = Worker.all(connection=client)
+    except (RedisError, ValueError, TypeError) as exc:  # a malformed worker record
+        return [
+            Finding(
+                Level.WARN,
+                "workers",
+                f"cannot read RQ's worker records ({type(exc).__name__}: {exc})",
+                "look at `rq info`; a stale record expires by itself",
+            )
+        ]
+    for worker in workers:
         for name in worker.queue_names():
             if name in queues:
                 queues[name] += 1
@@ -191,19 +199,49 @@ def _workers(client: Redis, settings: StoreSettings) -> list[Finding]:
     return [Finding(Level.OK, "workers", f"RQ workers: {counts}")]
 
 
+class ManifestProblem(ValueError):
+    """The manifest file cannot be read as a Slack app manifest."""
+
+
 def read_manifest(path: Path) -> dict[str, Any] | None:
-    """The app manifest at ``path``; None when there is none."""
+    """The app manifest at ``path``; None when there is none. Raises ``ManifestProblem``
+    for a file that is not YAML, or whose scopes or slash commands are not lists."""
     if not path.is_file():
         return None
-    loaded = yaml.safe_load(path.read_text())
-    return loaded if isinstance(loaded, dict) else None
+    try:
+        loaded = yaml.safe_load(path.read_text())
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ManifestProblem(f"{path} is not valid YAML ({' '.join(str(exc).split())})") from None
+    if not isinstance(loaded, dict):
+        raise ManifestProblem(f"{path} is not a Slack app manifest (no mapping at its top)")
+    scopes = _dig(loaded, "oauth_config", "scopes", "bot")
+    if scopes is not None and not (
+        isinstance(scopes, list) and all(isinstance(s, str) for s in scopes)
+    ):
+        raise ManifestProblem(f"{path}: oauth_config.scopes.bot must be a list of scopes")
+    commands = _dig(loaded, "features", "slash_commands")
+    if commands is not None and not (
+        isinstance(commands, list) and all(isinstance(c, dict) for c in commands)
+    ):
+        raise ManifestProblem(
+            f"{path}: features.slash_commands must be a list of {{command: /name, ...}}"
+        )
+    return loaded
+
+
+def _dig(value: Any, *names: str) -> Any:
+    for name in names:
+        if not isinstance(value, dict):
+            return None
+        value = value.get(name)
+    return value
 
 
 def manifest_scopes(manifest: dict[str, Any] | None) -> frozenset[str]:
     """The bot scopes the manifest asks for (built-in ones without a manifest)."""
     if manifest is None:
         return defaults.BOT_SCOPES
-    return frozenset(manifest.get("oauth_config", {}).get("scopes", {}).get("bot", []))
+    return frozenset(_dig(manifest, "oauth_config", "scopes", "bot") or [])
 
 
 def check_slack(settings: Settings, manifest: dict[str, Any] | None) -> list[Finding]:
@@ -237,8 +275,20 @@ def check_slack(settings: Settings, manifest: dict[str, Any] | None) -> list[Fin
             Finding(
                 Level.FAIL,
                 "slack",
-                f"cannot reach the Slack Web API at {settings.slack_api_url} ({exc})",
+                f"cannot reach the Slack Web API at {settings.slack_api_url} "
+                f"({_masked(str(exc), token)})",
                 "check the network (or SLACK_API_URL)",
+            ),
+        ]
+    except Exception as exc:  # a token that cannot be sent (a newline in it), a bad URL
+        return [
+            *findings,
+            Finding(
+                Level.FAIL,
+                "slack",
+                f"auth.test could not be sent: {type(exc).__name__}: "
+                f"{_masked(' '.join(str(exc).split()), token)}",
+                "check SLACK_BOT_TOKEN (copied whole, on one line) and SLACK_API_URL",
             ),
         ]
     findings.append(
@@ -251,6 +301,14 @@ def check_slack(settings: Settings, manifest: dict[str, Any] | None) -> list[Fin
     )
     findings.append(_scopes(answer.headers, manifest_scopes(manifest)))
     return findings
+
+
+def _masked(text: str, secret: str) -> str:
+    """``text`` with ``secret`` (and each line of it) shown masked."""
+    for part in sorted({secret, *secret.splitlines()}, key=len, reverse=True):
+        if len(part) >= 4:
+            text = text.replace(part, mask(part)).replace(repr(part.encode())[2:-1], mask(part))
+    return text
 
 
 def _secrets(settings: Settings) -> list[Finding]:
@@ -317,7 +375,7 @@ def _slash_command(settings: Settings, manifest: dict[str, Any] | None) -> list[
         return []
     declared = [
         str(command.get("command"))
-        for command in manifest.get("features", {}).get("slash_commands", []) or []
+        for command in _dig(manifest, "features", "slash_commands") or []
     ]
     if settings.slash_command in declared:
         return [Finding(Level.OK, "slack", f"slash command {settings.slash_command} declared")]
@@ -363,7 +421,14 @@ def run_checks(manifest_path: Path) -> list[Finding]:
         return [Finding(Level.FAIL, "settings", str(exc), "fix the setting named above")]
     findings = [Finding(Level.OK, "settings", f"read (namespace {settings.namespace})")]
     findings += check_redis(settings)
-    findings += check_slack(settings, read_manifest(manifest_path))
+    try:
+        manifest = read_manifest(manifest_path)
+    except ManifestProblem as exc:
+        findings.append(
+            Finding(Level.FAIL, "slack", str(exc), "fix the manifest or pass --manifest")
+        )
+        manifest = None
+    findings += check_slack(settings, manifest)
     return findings
 
 

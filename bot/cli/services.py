@@ -145,6 +145,7 @@ def dispatcher() -> None:
 @click.option("--auto", is_flag=True, help="Decide the demo handoffs without asking.")
 @click.option("--port", default=3000, show_default=True, help="Port of the bot.")
 @click.option("--standin-port", default=3001, show_default=True, help="Port of the Slack stand-in.")
+@click.option("--api-port", default=3002, show_default=True, help="Port of the HTTP API.")
 @click.option("--keep-running", is_flag=True, help="Keep everything up after the demo.")
 @click.option(
     "--use-redis-url",
@@ -157,10 +158,12 @@ def dev(
     auto: bool,
     port: int,
     standin_port: int,
+    api_port: int,
     keep_running: bool,
     use_redis_url: bool,
 ) -> None:
-    """Run everything locally: Redis, a Slack stand-in, the bot, a worker and a demo agent."""
+    """Run everything locally: Redis, a Slack stand-in, the bot, a worker, the HTTP API and a
+    demo agent."""
     from bot.dev.run import run_dev
 
     sys.exit(
@@ -170,6 +173,7 @@ def dev(
             auto=auto or not sys.stdin.isatty(),
             port=port,
             standin_port=standin_port,
+            api_port=api_port,
             keep_running=keep_running,
             use_redis_url=use_redis_url,
         )
