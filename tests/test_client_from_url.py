@@ -79,3 +79,12 @@ def test_async_from_url_uses_the_namespace_of_the_environment(
 
     assert asyncio.run(ask_and_wait()) == "Dana"
     assert redis.keys(f"{{{defaults.NAMESPACE}}}:h:*") == []
+
+
+def test_a_bad_url_argument_is_named_as_the_argument() -> None:
+    import pytest
+
+    from store.exceptions import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="^from_url: not a Redis URL"):
+        Handoffs.from_url("http://example.com")

@@ -12,9 +12,10 @@ from typing import Any, TypedDict, Unpack
 
 from pydantic import ValidationError
 from redis import Redis
+from redis.connection import parse_url
 
 from store import defaults
-from store.exceptions import InvalidHandoffRequest
+from store.exceptions import ConfigurationError, InvalidHandoffRequest
 from store.ids import new_handoff_id
 from store.keys import KeySpace
 from store.models import (
@@ -27,7 +28,7 @@ from store.models import (
     TaskKind,
 )
 from store.repository import HandoffStore, StoreConfig, TaskPolicy
-from store.settings import StoreSettings
+from store.settings import REDIS_URL_FORMS, StoreSettings
 from worker.resume_targets import resolve_target
 
 # While waiting, re-read the handoff this often in case a pub/sub message was missed
@@ -167,6 +168,10 @@ class Handoffs:
         command whose connection failed (``store.settings.connect``), so a create or a
         decision whose reply was lost returns what it did. Raises ``ConfigurationError``
         naming the variable when a setting is malformed."""
+        try:
+            parse_url(url)
+        except ValueError:
+            raise ConfigurationError(f"from_url: not a Redis URL; use {REDIS_URL_FORMS}") from None
         return cls.from_settings(StoreSettings.from_env(redis_url=url), **options)
 
     @classmethod
