@@ -86,5 +86,5 @@ def test_a_bad_url_argument_is_named_as_the_argument() -> None:
 
     from store.exceptions import ConfigurationError
 
-    with pytest.raises(ConfigurationError, match="^from_url: not a Redis URL"):
+    with pytest.raises(ConfigurationError, match=r"^from_url: not a Redis URL"):
         Handoffs.from_url("http://example.com")
