@@ -1,4 +1,5 @@
-"""The Procfile's and the Dockerfile's commands are valid ``handoff`` invocations.
+"""The Procfile's, the Dockerfile's and the compose file's API service's commands are valid
+``handoff`` invocations.
 
 No container is built here (Docker may not run where the tests do): the commands are
 parsed as the shell and Docker would pass them, then checked against the CLI itself, so
@@ -14,6 +15,7 @@ import tomllib
 
 import click
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from bot.cli import main
@@ -21,7 +23,10 @@ from bot.http.wsgi import HEALTH_PATH
 from tests.conftest import ROOT
 
 PLATFORM_ENV = {"PORT": "5000"}
-"""What a Procfile platform (Heroku, foreman, honcho) sets for the web process."""
+"""What a Procfile platform (Heroku, foreman, honcho) sets for the web process (foreman and
+honcho give each process type a PORT of its own)."""
+API_PORT = "3002"
+"""The port the image exposes for `handoff api` (its default)."""
 
 
 def console_script() -> str:
@@ -66,13 +71,18 @@ def assert_valid_invocation(argv: list[str]) -> click.Command:
     return command
 
 
-def test_procfile_runs_handoff_serve_as_web_and_handoff_worker_as_worker() -> None:
+def test_procfile_runs_handoff_serve_as_web_handoff_worker_as_worker_and_the_api() -> None:
     commands = procfile_commands()
 
-    assert set(commands) == {"web", "worker"}
+    assert set(commands) == {"web", "worker", "api"}
     assert assert_valid_invocation(commands["web"]).name == "serve"
     assert assert_valid_invocation(commands["worker"]).name == "worker"
-    assert commands["web"][commands["web"].index("--port") + 1] == PLATFORM_ENV["PORT"]
+    assert assert_valid_invocation(commands["api"]).name == "api"
+    for kind in ("web", "api"):
+        argv = commands[kind]
+        assert argv[argv.index("--port") + 1] == PLATFORM_ENV["PORT"]
+        # Reachable from the platform's router, not only from inside the dyno.
+        assert argv[argv.index("--host") + 1] == "0.0.0.0"
 
 
 def test_dockerfile_default_command_is_handoff_serve() -> None:
@@ -87,7 +97,34 @@ def test_dockerfile_health_check_asks_serve_for_healthz_on_its_port() -> None:
     health_check = dockerfile_instruction("HEALTHCHECK")
 
     assert f"http://127.0.0.1:{port}{HEALTH_PATH}" in health_check
-    assert dockerfile_instruction("EXPOSE") == port
+    assert dockerfile_instruction("EXPOSE").split() == [port, API_PORT]
+
+
+def test_the_api_port_the_image_exposes_is_the_api_commands_default() -> None:
+    from bot.cli.api import api
+
+    [port] = [p for p in api.params if p.name == "port"]
+    assert str(port.default) == API_PORT
+    assert API_PORT in dockerfile_instruction("EXPOSE").split()
+
+
+def test_the_compose_files_api_service_serves_on_its_port_and_checks_its_health() -> None:
+    services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    service = services["api"]
+    argv = service["command"]
+
+    assert service["build"] == "."
+    assert assert_valid_invocation(argv).name == "api"
+    assert argv[argv.index("--host") + 1] == "0.0.0.0"  # reachable from outside the container
+    port = argv[argv.index("--port") + 1]
+    assert port == API_PORT
+    assert service["ports"] == [f"127.0.0.1:{port}:{port}"]  # TLS in front before it goes wider
+    assert f"http://127.0.0.1:{port}/healthz" in " ".join(service["healthcheck"]["test"])
+    assert service["environment"]["REDIS_URL"] == services["serve"]["environment"]["REDIS_URL"]
+    assert not {k for k in service["environment"] if k.startswith("SLACK_")}  # no Slack secrets
+    # Callbacks are checked by the API at creation and by the worker before each send.
+    for name in ("api", "worker"):
+        assert "HANDOFF_WEBHOOK_ALLOWED_HOSTS" in services[name]["environment"]
 
 
 def test_dockerfile_runs_as_a_user_that_is_not_root() -> None:

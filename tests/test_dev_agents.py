@@ -16,10 +16,13 @@ from pathlib import Path
 
 import click
 import pytest
+from redis import Redis
 
 from bot.config import Settings
 from bot.dev import run
 from bot.dev.run import RedisUrlRefused, choose_redis
+from store.api_keys import ApiKeys
+from store.keys import KeySpace
 from tests.conftest import ROOT
 from tests.support.dev import dev_command, dev_env
 from tests.support.processes import processes_using
@@ -90,6 +93,59 @@ def test_the_agents_file_is_removed_only_while_it_is_this_runs(tmp_path: Path) -
     assert not path.exists()
 
 
+def test_the_agents_file_names_the_api_and_its_key(tmp_path: Path) -> None:
+    api = run.DevApi(3412, "hk_dev-key")
+    path, _ = run._write_agent_env(tmp_path, "redis://127.0.0.1:7000/0", Settings(), api=api)
+    lines = [line for line in path.read_text().splitlines() if not line.startswith("#")]
+    assert lines[-2:] == ["HANDOFF_API_URL=http://127.0.0.1:3412", "HANDOFF_API_KEY=hk_dev-key"]
+    assert path.stat().st_mode & 0o777 == 0o600  # the key is a secret
+
+
+# -- the HTTP API's key and callbacks ------------------------------------------------------
+
+
+def test_each_run_revokes_the_earlier_runs_dev_keys_and_makes_an_agent_key(
+    redis: Redis, redis_url: str
+) -> None:
+    settings = Settings(namespace="dev-ns")
+    keys = ApiKeys(redis, KeySpace("dev-ns"))
+    legacy = keys.create("dev").key  # what runs used to make
+    theirs = keys.create("dev-billing").key  # a key of the developer's own
+    elsewhere = ApiKeys(redis, KeySpace("ho")).create("dev").key
+    first = run._dev_api_key(redis_url, settings)
+    second = run._dev_api_key(redis_url, settings)
+
+    # The earlier runs' keys work no more; each run's key has a name of its own (a revoked
+    # name is never given again).
+    assert keys.authenticate(legacy) is None
+    assert keys.authenticate(first.key) is None
+    record = keys.authenticate(second.key)
+    assert record is not None
+    assert re.fullmatch(r"dev-\d{8}-\d{6}-[0-9a-f]{4}", record.name)
+    assert record.name != first.record.name
+    assert (record.admin, record.channels) == (False, [])  # an agent key, any channel
+    assert sorted(k.name for k in keys.list()) == sorted(["dev-billing", record.name])
+    # Other keys, and other namespaces' keys, are left alone.
+    assert keys.authenticate(theirs) is not None
+    assert ApiKeys(redis, KeySpace("ho")).authenticate(elsewhere) is not None
+
+
+def test_the_services_allow_callbacks_to_this_machine_besides_the_settings_hosts() -> None:
+    env = run._child_env(
+        "redis://127.0.0.1:7000/0", "http://127.0.0.1:3001/api/", "s", "xoxb-t", admins="U1"
+    )
+    assert env["HANDOFF_WEBHOOK_ALLOWED_HOSTS"] == "127.0.0.1,localhost"
+    env = run._child_env(
+        "redis://127.0.0.1:7000/0",
+        "http://127.0.0.1:3001/api/",
+        "s",
+        "xoxb-t",
+        admins="U1",
+        webhook_hosts=" hooks.internal , localhost,",
+    )
+    assert env["HANDOFF_WEBHOOK_ALLOWED_HOSTS"] == "127.0.0.1,localhost,hooks.internal"
+
+
 # -- progress while waiting ----------------------------------------------------------------
 
 
@@ -109,6 +165,17 @@ def test_a_slow_stage_says_what_it_waits_for(
     assert all(
         re.fullmatch(r"  waiting for the bot to answer /healthz \(\d+ s\)\.\.\.", x) for x in lines
     )
+
+
+def test_a_slow_api_says_so_and_names_its_log(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    monkeypatch.setattr(run, "_QUIET_SECONDS", 0.2)
+    monkeypatch.setattr(run, "_WAIT_SECONDS", 0.5)
+    with pytest.raises(click.ClickException) as refused:
+        run._Services(tmp_path).wait_healthy(free_port(), name="the API", command="api")
+    assert refused.value.format_message() == f"the API did not start; see {tmp_path / 'api.log'}"
+    assert "  waiting for the API to answer /healthz (0 s)..." in capsys.readouterr().out
 
 
 def test_a_quick_stage_prints_nothing(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,7 +1,7 @@
 """`handoff dev`: the whole loop on one machine, with no Slack workspace and no Redis.
 
 It starts an embedded Redis, the local Slack stand-in, the bot (`handoff serve`), a
-worker and the HTTP API (`handoff api`, with an API key named ``dev`` made anew each run),
+worker and the HTTP API (`handoff api`, with an API key made anew each run),
 writes ``<data-dir>/env`` for agents (REDIS_URL, HANDOFF_NAMESPACE, HANDOFF_QUEUE for
 ``Handoffs.from_env()``; HANDOFF_API_URL and HANDOFF_API_KEY for the HTTP API), then runs a
 demo agent that asks for an approval and an answer. You decide in the browser
@@ -66,7 +66,7 @@ from bot.dev.terminal import (
 )
 from bot.standin import Message, SlackStandIn, StandInUser
 from bot.standin.workbench import TOKEN_HEADER
-from store.api_keys import ApiKeys, UnknownApiKey
+from store.api_keys import ApiKeys, CreatedKey, UnknownApiKey
 from store.keys import KeySpace
 from store.settings import StoreSettings
 from worker.client import Handoffs
@@ -86,9 +86,10 @@ _PROGRESS_SECONDS = 5.0
 """How often it says so again while the stage lasts."""
 AGENT_ENV_FILE = "env"
 """The file in the data folder that tells agents where this run's Redis and API are."""
-DEV_API_KEY_NAME = "dev"
-"""The API key each run makes for agents (revoking the one an earlier run made: the
-embedded Redis keeps its data between runs)."""
+DEV_API_KEY_NAME = re.compile(r"dev(-\d{8}-\d{6}-[0-9a-f]{4})?")
+"""The names of the API keys runs make for agents: ``dev-<UTC date>-<time>-<4 hex>``, one of
+its own each run (a revoked key's name is never given again), the keys of earlier runs (the
+embedded Redis keeps them) revoked first. Plain ``dev`` is what runs used to make."""
 WEBHOOK_HOSTS_SETTING = "HANDOFF_WEBHOOK_ALLOWED_HOSTS"
 DEV_WEBHOOK_HOSTS = ("127.0.0.1", "localhost")
 """Callback hosts the dev API and worker allow besides public ones: receivers in development
@@ -330,7 +331,7 @@ def _run(
             click.echo(f"Using the Redis at {_shown_url(redis_url)} (REDIS_URL)")
         _check_redis(redis_url)
         resume_modules = _dev_resume_modules(settings)
-        api = DevApi(api_port, _dev_api_key(redis_url, settings))
+        api = DevApi(api_port, _dev_api_key(redis_url, settings).key)
         env_file = _write_agent_env(folder, redis_url, settings, api=api)
         stack.callback(_remove_agent_env, *env_file)
         click.echo(
@@ -630,10 +631,11 @@ class DevApi:
         return f"http://127.0.0.1:{self.port}"
 
 
-def _dev_api_key(redis_url: str, settings: StoreSettings) -> str:
-    """A new agent key named ``dev`` (any channel) in this run's namespace, the one an earlier
-    run made revoked first: the embedded Redis keeps its data, and that key was printed and
-    written to a file that may have been copied anywhere."""
+def _dev_api_key(redis_url: str, settings: StoreSettings) -> CreatedKey:
+    """A new agent key for any channel in this run's namespace, named as in
+    ``DEV_API_KEY_NAME``, the keys earlier runs made revoked first: the embedded Redis keeps
+    its data, and those keys were printed and written to a file that may have been copied
+    anywhere. Keys of other names are left alone."""
     client = Redis.from_url(
         redis_url,
         socket_connect_timeout=_REDIS_CHECK_SECONDS,
@@ -641,9 +643,12 @@ def _dev_api_key(redis_url: str, settings: StoreSettings) -> str:
     )
     try:
         keys = ApiKeys(client, KeySpace(settings.namespace))
-        with suppress(UnknownApiKey):
-            keys.revoke(DEV_API_KEY_NAME)
-        return keys.create(DEV_API_KEY_NAME).key
+        for record in keys.list():
+            if DEV_API_KEY_NAME.fullmatch(record.name):
+                with suppress(UnknownApiKey):  # revoked meanwhile
+                    keys.revoke(record.name)
+        name = f"dev-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{secrets.token_hex(2)}"
+        return keys.create(name)
     finally:
         client.close()
 

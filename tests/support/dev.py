@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from tests.conftest import ROOT
+from tests.support.slack_env import free_port
 
 
 def dev_env() -> dict[str, str]:
@@ -16,9 +17,12 @@ def dev_env() -> dict[str, str]:
     return {**env, "PYTHONPATH": str(ROOT)}
 
 
-def dev_command(data: Path, port: int, standin_port: int, *extra: str) -> list[str]:
-    """`handoff dev --auto` on ``data``, serving on ``port`` and the stand-in on
-    ``standin_port``, then ``extra``."""
+def dev_command(
+    data: Path, port: int, standin_port: int, *extra: str, api_port: int | None = None
+) -> list[str]:
+    """`handoff dev --auto` on ``data``, serving on ``port``, the stand-in on
+    ``standin_port`` and the HTTP API on ``api_port`` (default: a free port, never the fixed
+    3002 a `handoff api` or another test may hold), then ``extra``."""
     return [
         sys.executable,
         "-m",
@@ -31,5 +35,7 @@ def dev_command(data: Path, port: int, standin_port: int, *extra: str) -> list[s
         str(port),
         "--standin-port",
         str(standin_port),
+        "--api-port",
+        str(free_port() if api_port is None else api_port),
         *extra,
     ]
