@@ -49,6 +49,18 @@ def test_dev_runs_the_demo_loop_on_an_embedded_redis(tmp_path: Path) -> None:
     assert "<@U0DEVREVIEWER>" not in result.stdout
     # The embedded server keeps its data between runs of `handoff dev`.
     assert (tmp_path / "data" / "redis" / "appendonlydir").exists()
+    # A second run on the same data (a new stand-in, the old Redis) answers again: no event
+    # id of the first run is taken for a retry, no channel for one the bot is still in.
+    again = subprocess.run(
+        dev_command(tmp_path / "data", free_port(), free_port()),
+        env=dev_env(),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "resumed: question answered by U0DEVREVIEWER, answer: Dana Lee" in again.stdout
 
 
 def test_show_decide_and_list_commands(redis: Redis, redis_url: str) -> None:

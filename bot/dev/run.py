@@ -43,7 +43,6 @@ from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType, TracebackType
-from urllib.parse import urlsplit, urlunsplit
 
 import click
 from redis import Redis
@@ -64,11 +63,12 @@ from bot.dev.terminal import (
     render_text,
     resumed_line,
 )
+from bot.keys import BotKeys
 from bot.standin import Message, SlackStandIn, StandInUser
 from bot.standin.workbench import TOKEN_HEADER
 from store.api_keys import ApiKeys, CreatedKey, UnknownApiKey
 from store.keys import KeySpace
-from store.settings import StoreSettings
+from store.settings import StoreSettings, redacted_url
 from worker.client import Handoffs
 from worker.resume_targets import RESUME_MODULES_SETTING
 
@@ -330,6 +330,7 @@ def _run(
         else:
             click.echo(f"Using the Redis at {_shown_url(redis_url)} (REDIS_URL)")
         _check_redis(redis_url)
+        _forget_membership(redis_url, settings)
         resume_modules = _dev_resume_modules(settings)
         api = DevApi(api_port, _dev_api_key(redis_url, settings).key)
         env_file = _write_agent_env(folder, redis_url, settings, api=api)
@@ -595,14 +596,25 @@ def _check_redis(redis_url: str) -> None:
         client.close()
 
 
+def _forget_membership(redis_url: str, settings: Settings) -> None:
+    """Forget which conversations the bot joined or opened in an earlier run: the embedded
+    Redis keeps its data, but each run's stand-in is a new workspace in which the bot is in
+    no channel yet. Kept, the marks would have the bot post without joining, and the
+    stand-in (as Slack) sends no thread replies from a channel the bot is not in."""
+    bot_keys = BotKeys(KeySpace(settings.namespace))
+    client = Redis.from_url(redis_url, socket_connect_timeout=_REDIS_CHECK_SECONDS)
+    try:
+        for pattern in (bot_keys.joined("*"), bot_keys.dm("*")):
+            stale = list(client.scan_iter(match=pattern, count=1000))
+            if stale:
+                client.delete(*stale)
+    finally:
+        client.close()
+
+
 def _shown_url(url: str) -> str:
     """``url`` without its password, fit for the terminal."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rpartition("@")[2]
-    user = f"{parts.username}:***@" if parts.username else ":***@"
-    return urlunsplit(parts._replace(netloc=user + netloc))
+    return redacted_url(url)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -674,10 +686,12 @@ def _write_agent_env(
             f"HANDOFF_API_KEY={shlex.quote(api.key)}",
         ]
     text = "".join(f"{line}\n" for line in lines).encode()
-    partial = path.with_name(f".{path.name}.{os.getpid()}")
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    # A new file of a random name, created here and nowhere else (O_EXCL: a name planted
+    # as a symlink is refused rather than followed, so no other file is overwritten).
+    partial = path.with_name(f".{path.name}.{secrets.token_hex(8)}")
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:
-        os.fchmod(fd, 0o600)  # whatever the umask, and a leftover's mode
+        os.fchmod(fd, 0o600)  # whatever the umask
         os.write(fd, text)
     finally:
         os.close(fd)
