@@ -10,13 +10,18 @@ A schema comes from the agent, so it is untrusted input to the process that appl
 - ``pattern`` and ``patternProperties`` run with the ``regex`` package and a time limit
   (``PATTERN_SECONDS``): Python's ``re`` has none, and one catastrophic pattern would hold
   the process (and, through the GIL, every other request in it) for minutes.
-- The schema itself must be a valid Draft 2020-12 schema, and a small one.
+- Every keyword applied counts against a budget (``MAX_STEPS``): a schema whose ``$ref``s
+  branch (``anyOf`` of two refs to the next level, twenty levels deep) would otherwise take
+  2^20 steps; past the budget the edit is refused as "too costly to check".
+  ``uniqueItems`` is checked in linear time (jsonschema compares unhashable items pairwise).
+- The schema itself must be a valid Draft 2020-12 schema.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from contextvars import ContextVar
 from typing import Any
 
 import jsonschema
@@ -28,7 +33,15 @@ from referencing.exceptions import Unresolvable
 
 PATTERN_SECONDS = 0.05
 """Longest a schema's pattern may take on one value."""
-MAX_SCHEMA_BYTES = 16 * 1024
+MAX_STEPS = 20_000
+"""Keywords applied in one check of edited arguments: far more than any argument schema
+needs (a few per property), and a few tens of milliseconds at most."""
+
+_steps: ContextVar[list[int]] = ContextVar("arg_schema_steps")
+
+
+class _TooCostly(Exception):
+    pass
 
 
 class _PatternFailed(Exception):
@@ -74,9 +87,53 @@ def _pattern_properties(
                 yield from validator.descend(value, subschema, path=name, schema_path=pattern)
 
 
+def _unique_items(
+    validator: Any, unique: bool, instance: Any, schema: Any
+) -> Iterator[ValidationError]:
+    if not unique or not isinstance(instance, list):
+        return
+    seen: set[str] = set()
+    for item in instance:
+        # JSON equality: 1 and 1.0 are one number, true is not 1.
+        key = json.dumps(_normal(item), sort_keys=True)
+        if key in seen:
+            yield ValidationError(f"{instance!r} has non-unique elements")
+            return
+        seen.add(key)
+
+
+def _normal(value: Any) -> Any:
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _normal(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_normal(v) for v in value]
+    return value
+
+
+def _counted(keyword: Any) -> Any:
+    def step(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
+        budget = _steps.get(None)
+        if budget is not None:
+            budget[0] -= 1
+            if budget[0] < 0:
+                raise _TooCostly
+        return keyword(validator, value, instance, schema)
+
+    return step
+
+
+_KEYWORDS = {
+    **Draft202012Validator.VALIDATORS,
+    "pattern": _pattern,
+    "patternProperties": _pattern_properties,
+    "uniqueItems": _unique_items,
+}
 _Validator = jsonschema.validators.extend(
-    Draft202012Validator,
-    {"pattern": _pattern, "patternProperties": _pattern_properties},
+    Draft202012Validator, {name: _counted(function) for name, function in _KEYWORDS.items()}
 )
 _NO_RETRIEVAL: Registry[Any] = Registry()
 """An empty registry without a ``retrieve``: a ``$ref`` it does not hold fails, unfetched."""
@@ -96,8 +153,6 @@ def _refs(value: Any) -> Iterator[str]:
 
 def schema_problem(schema: dict[str, Any]) -> str | None:
     """Why ``schema`` cannot be an ``args_schema`` (None when it can)."""
-    if len(json.dumps(schema, default=str)) > MAX_SCHEMA_BYTES:
-        return f"args_schema is over {MAX_SCHEMA_BYTES} bytes"
     for ref in _refs(schema):
         if not ref.startswith("#"):
             return (
@@ -119,7 +174,17 @@ def validator_for(schema: dict[str, Any]) -> Any:
 def argument_errors(schema: dict[str, Any], args: dict[str, Any]) -> list[ValidationError]:
     """What is wrong with ``args`` against ``schema``; a reference the schema cannot resolve
     is an error about the schema, never a fetch."""
+    token = _steps.set([MAX_STEPS])
     try:
         return list(validator_for(schema).iter_errors(args))
     except Unresolvable as exc:
         return [ValidationError(f"args_schema cannot be applied: {exc}")]
+    except _TooCostly:
+        return [
+            ValidationError(
+                "args_schema is too costly to check these arguments against (over "
+                f"{MAX_STEPS} steps); the agent should simplify it"
+            )
+        ]
+    finally:
+        _steps.reset(token)

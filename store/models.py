@@ -14,7 +14,6 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    field_validator,
     model_validator,
 )
 from pydantic_core import PydanticCustomError
@@ -92,14 +91,6 @@ class ProposedAction(_Strict):
     args_schema: dict[str, Any] | None = None
     description: str | None = None
 
-    @field_validator("args_schema")
-    @classmethod
-    def _schema_is_safe_to_apply(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        # Checked once here, so the bot and the API never meet a schema they cannot apply
-        # (or one that would make them fetch a URL): store.arg_schemas.
-        if value is not None and (problem := schema_problem(value)):
-            raise ValueError(problem)
-        return value
 
 
 class ApprovalPayload(_Strict):
@@ -211,6 +202,16 @@ class HandoffRequest(_Strict):
         if problem := json_value_problem(data):
             raise ValueError(problem)
         return well_formed(data)
+
+    @model_validator(mode="after")
+    def _schema_is_safe_to_apply(self) -> HandoffRequest:
+        # Checked when the handoff is created (not when a stored one is read, so one stored
+        # before this check stays readable), so the bot and the API never meet a schema
+        # that would make them fetch a URL: store.arg_schemas.
+        schema = getattr(getattr(self.payload, "action", None), "args_schema", None)
+        if schema is not None and (problem := schema_problem(schema)):
+            raise ValueError(f"payload.action.args_schema: {problem}")
+        return self
 
     @model_validator(mode="after")
     def _payload_matches_type(self) -> HandoffRequest:

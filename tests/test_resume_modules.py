@@ -109,8 +109,16 @@ def test_a_path_may_not_reach_outside_the_list_through_an_allowed_module() -> No
             load_object(path)
     with pytest.raises(ResumeTargetRefused, match="goes through the module os"):
         resolve_target(through_a_module)
-    with pytest.raises(ResumeTargetRefused, match="defined in pathlib"):
+    with pytest.raises(ResumeTargetRefused, match="is not a function"):
         load_object(imported_name)
+    # Defined in a listed module, but a class (its constructor is Popen's) or a function
+    # claiming to wrap one from elsewhere: refused too.
+    for path in (
+        "tests.support.marker_targets:Spawner",
+        "tests.support.marker_targets:wrapped_system",
+    ):
+        with pytest.raises(ResumeTargetRefused):
+            load_object(path)
     # A function defined in a listed module is fine, by any name it is reached by there.
     assert callable(load_object("tests.support.marker_targets:guarded"))
 

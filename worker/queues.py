@@ -43,7 +43,8 @@ class ProjectJob(Job):
     RQ imports and calls whatever function a job record names, and its callbacks' too; a
     job record is a Redis hash, so whoever can write to Redis could have a worker call
     ``os.system``. This job class refuses every function but ``JOB_FUNCTIONS`` (the job
-    fails, nothing is imported) and ignores callbacks (the project sets none).
+    fails, nothing is imported) and ignores callbacks and RQ webhooks (the project sets
+    none).
     """
 
     @property
@@ -67,6 +68,12 @@ class ProjectJob(Job):
     @property
     def stopped_callback(self) -> None:
         return self._refused_callback(self._stopped_callback_name)
+
+    def send_webhooks(self, status: Any, *, exc_string: str | None = None) -> None:
+        # RQ's own job webhooks (URL, method and headers from the record) would have the
+        # worker call any address with its traceback: the project registers none.
+        if self.webhooks:
+            logger.warning("job %s names %d webhooks; ignored", self.id, len(self.webhooks))
 
     def _refused_callback(self, name: str | None) -> None:
         if name:

@@ -112,16 +112,34 @@ def walk_path(
             )
     if path.strip() in ALWAYS_ALLOWED or not modules:
         return target
-    owner = getattr(target, "__module__", None)
-    if not isinstance(owner, str):  # an instance: its class says where it comes from
-        owner = getattr(type(target), "__module__", None)
-    if not isinstance(owner, str) or not module_allowed(owner, modules):
-        raise ResumeTargetRefused(
-            f"{what} {path} is defined in {owner or 'no module'}, which is not in "
-            f"{RESUME_MODULES_SETTING} ({','.join(modules)}); name a function of your own "
-            "modules"
-        )
+    check_defined_here(target, path, modules, what=what)
     return target
+
+
+def check_defined_here(
+    target: Any, path: str, modules: Sequence[str], *, what: str = "resume target"
+) -> None:
+    """Raise ``ResumeTargetRefused`` unless ``target`` is a function (or a bound method of
+    one) defined in ``modules``, and so is whatever it wraps (``__wrapped__``, which a
+    decorator's caller may call instead). A class is refused: calling it runs its
+    constructor, which may come from anywhere (a subclass of ``subprocess.Popen``)."""
+    seen = 0
+    while target is not None and seen < 8:
+        function = getattr(target, "__func__", target)  # a bound method's function
+        owner = getattr(function, "__module__", None)
+        if not inspect.isfunction(function):
+            raise ResumeTargetRefused(
+                f"{what} {path} is not a function ({type(target).__name__}); name a function "
+                "defined in your modules"
+            )
+        if not isinstance(owner, str) or not module_allowed(owner, modules):
+            raise ResumeTargetRefused(
+                f"{what} {path} is defined in {owner or 'no module'}, which is not in "
+                f"{RESUME_MODULES_SETTING} ({','.join(modules)}); name a function of your "
+                "own modules"
+            )
+        target = getattr(function, "__wrapped__", None)
+        seen += 1
 
 
 # Optional keyword arguments a target may declare to receive.

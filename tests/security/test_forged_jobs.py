@@ -10,7 +10,7 @@ import uuid
 from pathlib import Path
 
 from redis import Redis
-from rq import Callback, Queue
+from rq import Callback, Queue, Webhook
 from rq.job import JobStatus
 from rq.serializers import JSONSerializer
 
@@ -28,13 +28,22 @@ def test_a_job_naming_another_function_fails_without_importing_it(
     # A queue of this test's own: no other test's worker may take the jobs.
     name = f"forged-{uuid.uuid4().hex[:8]}"
     plain = Queue(name, connection=redis, serializer=JSONSerializer)
-    forged = plain.enqueue_call(func="tests.support.marker_targets.guarded", args=("A-1", 30))
+    heard: list[str] = []
+    listener = _listener(heard)
+    hooks = [
+        Webhook(f"{listener}/on-{status}", status, method="POST")  # type: ignore[arg-type]
+        for status in ("finished", "failed")
+    ]
+    forged = plain.enqueue_call(
+        func="tests.support.marker_targets.guarded", args=("A-1", 30), webhooks=hooks
+    )
     with_callback = plain.enqueue_call(
         func="worker.jobs.run_resume",
         args=("ho", "ho_01NOSUCH"),
         # Whether run_resume of an unknown handoff returns or raises, RQ would call one next.
         on_success=Callback("tests.support.marker_targets.touch"),
         on_failure=Callback("tests.support.marker_targets.touch"),
+        webhooks=hooks,
     )
 
     done = subprocess.run(
@@ -63,3 +72,26 @@ def test_a_job_naming_another_function_fails_without_importing_it(
     )
     assert "names a callback" in done.stderr
     assert queue.fetch_job(with_callback.id) is not None
+    # RQ's own webhooks (any URL, method and headers a record names) are never called.
+    assert heard == []
+    assert "webhooks; ignored" in done.stderr
+
+
+def _listener(heard: list[str]) -> str:
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            heard.append(self.path)
+            self.send_response(200)
+            self.end_headers()
+
+        do_GET = do_POST
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{server.server_address[1]}"

@@ -8,7 +8,9 @@ leaving a trace.
 
 from __future__ import annotations
 
+import functools
 import os
+import subprocess
 from pathlib import Path
 
 from store.models import Handoff
@@ -35,3 +37,13 @@ def touch(handoff: Handoff) -> None:
 def guarded(order_id: str, amount: int) -> None:
     """A function a forged ``require_approval`` call names."""
     _mark(CALLED)
+
+
+class Spawner(subprocess.Popen):  # type: ignore[type-arg]
+    """Defined here, but calling it runs ``Popen``'s constructor: a forged call must not."""
+
+
+@functools.wraps(os.system)
+def wrapped_system(command: str) -> int:
+    """Defined here, but it claims to wrap ``os.system`` (a caller may unwrap and call it)."""
+    return 0
