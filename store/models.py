@@ -92,7 +92,6 @@ class ProposedAction(_Strict):
     description: str | None = None
 
 
-
 class ApprovalPayload(_Strict):
     """May the agent perform ``action``?"""
 

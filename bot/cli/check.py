@@ -354,7 +354,9 @@ def _secrets(settings: Settings) -> list[Finding]:
             Finding(
                 Level.OK,
                 "slack",
-                f"SLACK_SIGNING_SECRET {mask(settings.slack_signing_secret)}: HTTP mode",
+                # Nothing of it is shown: unlike a token, it has no prefix that says its kind.
+                f"SLACK_SIGNING_SECRET set ({len(settings.slack_signing_secret)} characters): "
+                "HTTP mode",
             )
         )
     elif token:
