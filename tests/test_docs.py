@@ -32,8 +32,8 @@ CONFIGURATION_DOC = ROOT / "docs" / "configuration.md"
 
 README_COMMANDS = """\
 ```bash
-# Run the main job (embedded Redis, a local Slack stand-in, the bot, a worker and a demo agent;
-# no Slack workspace or Redis needed):
+# Run the main job (embedded Redis, a local Slack stand-in, the bot, the HTTP API, a worker
+# and a demo agent; no Slack workspace or Redis needed):
 python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/handoff dev
 # Install and run the whole test suite (uses REDIS_URL if set, else an embedded server):
 python3 -m venv .venv && .venv/bin/pip install -e '.[test]' && .venv/bin/pytest
