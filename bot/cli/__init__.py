@@ -9,7 +9,7 @@ stats and the audit export; ``check`` is the doctor.
 
 from __future__ import annotations
 
-from bot.cli import api, check, handoffs, reports, services
+from bot.cli import api, check, handoffs, mcp, reports, services
 from bot.cli.app import main
 
-__all__ = ["api", "check", "handoffs", "main", "reports", "services"]
+__all__ = ["api", "check", "handoffs", "main", "mcp", "reports", "services"]
