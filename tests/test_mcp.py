@@ -198,3 +198,74 @@ def test_bad_input_and_a_bad_key_are_tool_errors_that_change_nothing(
     assert bad_key.is_error and "401" in bad_key.content[0].text
     assert handoffs.list_pending().items == []
     assert httpx.get(f"{url}/healthz").status_code == 200
+
+
+def _call_http(url: str, key: str, tool: str, arguments: dict[str, Any]) -> tuple[Any, list[Any]]:
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    progress: list[Any] = []
+
+    async def go() -> Any:
+        client = create_mcp_http_client(headers={"Authorization": f"Bearer {key}"})
+        async with (
+            client,
+            streamable_http_client(f"{url}/mcp", http_client=client) as streams,
+            ClientSession(*streams[:2]) as session,
+        ):
+            await session.initialize()
+
+            async def on_progress(done: float, total: float | None, message: str | None) -> None:
+                progress.append((done, total, message))
+
+            return await session.call_tool(tool, arguments, progress_callback=on_progress)
+
+    return anyio.run(go), progress
+
+
+def test_the_same_tools_over_streamable_http_on_the_api(api: tuple[str, str, Handoffs]) -> None:
+    url, key, handoffs = api
+    decider = _decide_when_asked_any(
+        handoffs, lambda i: handoffs.decide(i, "approved", by="U0ANA"), run_id="mcp"
+    )
+
+    result, _ = _call_http(url, key, "request_approval", {"action": "deploy", "args": {"v": 2}})
+    decider.join()
+
+    assert not result.is_error, result.content
+    assert result.structured_content["status"] == "approved"
+    # Created with the caller's key, so scoped to it as over /v1.
+    assert handoffs.get(result.structured_content["id"]).api_key == "host"
+
+
+def test_streamable_http_refuses_a_missing_or_bad_key(api: tuple[str, str, Handoffs]) -> None:
+    url, _, _ = api
+
+    anonymous = httpx.post(f"{url}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
+    wrong = httpx.post(
+        f"{url}/mcp",
+        json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
+        headers={"Authorization": "Bearer hk_nope"},
+    )
+
+    for answer in (anonymous, wrong):
+        assert answer.status_code == 401
+        assert answer.headers["www-authenticate"].startswith("Bearer")
+
+
+def _decide_when_asked_any(
+    handoffs: Handoffs, decide: Callable[[str], Any], *, run_id: str
+) -> threading.Thread:
+    def run() -> None:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            pending = handoffs.list_pending(run_id=run_id).items
+            if pending:
+                time.sleep(0.3)
+                decide(pending[0].id)
+                return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread

@@ -14,12 +14,14 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 import anyio
+import httpx
 import rfc8785
 from fastapi import Depends, FastAPI, Header, Query, Request, Response
 from pydantic import ValidationError
 from redis import Redis
 from redis.asyncio import BlockingConnectionPool as AsyncBlockingConnectionPool
 from redis.asyncio import Redis as AsyncRedis
+from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from bot.api.auth import authenticate, require_admin
@@ -36,6 +38,7 @@ from bot.api.schemas import (
     Problem,
 )
 from bot.api.waiters import AsyncReads, DecisionHub
+from bot.mcp.server import Api, build_server
 from store.api_keys import ApiKey, ApiKeys
 from store.arg_schemas import argument_errors
 from store.exceptions import HandoffNotFound
@@ -123,6 +126,44 @@ Key = Annotated[ApiKey, Depends(authenticate)]
 """The caller's key (module level: FastAPI resolves annotations by module globals)."""
 
 
+class _BearerGate:
+    """The API's bearer-key check in front of the MCP app (401 as for /v1), and the path the
+    MCP app routes on."""
+
+    def __init__(self, app: ASGIApp, keys: ApiKeys) -> None:
+        self.app = app
+        self.keys = keys
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        header = dict(scope.get("headers", [])).get(b"authorization", b"").decode("latin-1")
+        scheme, _, token = header.partition(" ")
+        key = None
+        if scheme.lower() == "bearer" and token.strip():
+            key = await anyio.to_thread.run_sync(self.keys.authenticate, token.strip())
+        if key is None:
+            response = problem_response(
+                401,
+                "send your API key as Authorization: Bearer <key>",
+                headers={"WWW-Authenticate": 'Bearer realm="handoff"'},
+            )
+            await response(scope, receive, send)
+            return
+        await self.app({**scope, "path": "/", "raw_path": b"/"}, receive, send)
+
+
+def _in_process_api(app: FastAPI, ctx: Any) -> Api:
+    """The HTTP API as the MCP caller's key sees it, called in process."""
+    headers = ctx.headers or {}
+    authorization = headers.get("authorization") or headers.get("Authorization") or ""
+    client = httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app),
+        base_url="http://handoff-api",
+        headers={"Authorization": authorization},
+        timeout=httpx.Timeout(10.0, read=MAX_POLL_SECONDS + 15),
+    )
+    return Api("http://handoff-api", "", client=client)
+
+
 def _visible(handoff: Handoff, key: ApiKey) -> bool:
     return key.admin or handoff.api_key == key.name
 
@@ -153,7 +194,8 @@ def build_app(store: HandoffStore, config: ApiConfig) -> FastAPI:
         app.state.hub = hub
         app.state.reads = AsyncReads(readers, store)
         try:
-            yield
+            async with mcp_server.session_manager.run():
+                yield
         finally:
             await hub.stop()
             await subscriber.aclose()
@@ -175,6 +217,15 @@ def build_app(store: HandoffStore, config: ApiConfig) -> FastAPI:
     app.state.store = store
     app.state.api_keys = keys
     install(app)
+    # The MCP tools over Streamable HTTP at /mcp: each call goes through this app's own
+    # routes (in process) with the caller's key, so the keys' scopes hold there too.
+    mcp_server = build_server(lambda ctx: _in_process_api(app, ctx), run_id="mcp")
+    mcp_http = mcp_server.streamable_http_app(
+        streamable_http_path="/", stateless_http=True, json_response=True
+    )
+    app.router.routes.append(
+        Route("/mcp", endpoint=_BearerGate(mcp_http, keys), methods=["GET", "POST", "DELETE"])
+    )
     limit = store.config.max_payload_bytes + _BODY_OVERHEAD
     app.add_middleware(BodyLimit, limit=limit)
 

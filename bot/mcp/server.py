@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 import httpx
@@ -121,8 +122,13 @@ Reviewers = Annotated[
 Required = Annotated[str, Field(min_length=1)]
 
 
-def build_server(api: Api, *, run_id: str = "mcp") -> MCPServer:
-    """The server over ``api``; handoffs are created in run ``run_id``."""
+def build_server(api: Api | Callable[[Context], Api], *, run_id: str = "mcp") -> MCPServer:
+    """The server over ``api`` (or, for Streamable HTTP, ``api(ctx)``: the API as the caller's
+    key sees it); handoffs are created in run ``run_id``."""
+
+    def api_of(ctx: Context) -> Api:
+        return api(ctx) if callable(api) else api
+
     server = MCPServer(
         "slack-handoff",
         instructions="Ask a person in Slack: approvals, questions, corrections, escalations.",
@@ -132,7 +138,12 @@ def build_server(api: Api, *, run_id: str = "mcp") -> MCPServer:
         body: dict[str, Any], key: str | None, timeout: float, ctx: Context
     ) -> HandoffResult:
         body = {"run_id": run_id, "thread_id": run_id, **body}
-        return await _wait(api, await api.create(body, key), timeout, ctx)
+        caller = api_of(ctx)
+        try:
+            return await _wait(caller, await caller.create(body, key), timeout, ctx)
+        finally:
+            if callable(api):  # a client for this call only
+                await caller.client.aclose()
 
     @server.tool()
     async def request_approval(
@@ -233,7 +244,12 @@ def build_server(api: Api, *, run_id: str = "mcp") -> MCPServer:
         ctx: Context,
     ) -> HandoffResult:
         """A handoff's state; with wait_seconds, once it is decided or the time is up."""
-        return await _wait(api, await api.get(id), wait_seconds, ctx)
+        caller = api_of(ctx)
+        try:
+            return await _wait(caller, await caller.get(id), wait_seconds, ctx)
+        finally:
+            if callable(api):
+                await caller.client.aclose()
 
     @server.tool(structured_output=False)
     async def permission_prompt(
