@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -21,9 +22,11 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from redis import Redis
 
 from bot.api.app import ApiConfig
+from bot.blockkit import ids
 from store.api_keys import ApiKeys
 from tests.conftest import ROOT
 from tests.support.api_server import serve_api
+from tests.support.slack_env import ALICE, CHANNEL, SlackEnv, running_slack
 from worker.client import Handoffs
 
 
@@ -269,3 +272,44 @@ def _decide_when_asked_any(
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     return thread
+
+
+def test_permission_prompt_denies_after_expiry(api: tuple[str, str, Handoffs]) -> None:
+    url, key, handoffs = api
+    decider = _decide_when_asked(
+        handoffs, lambda i: handoffs.store.expire_now(i, expired_by="U0ADMIN")
+    )
+
+    result, _ = _call(url, key, "permission_prompt", {"tool_name": "Deploy", "input": {}})
+    decider.join()
+
+    answer = json.loads(result.content[0].text)
+    assert answer == {"behavior": "deny", "message": "expired: the request expired"}
+
+
+@pytest.fixture
+def slack(redis: Redis, redis_url: str, tmp_path: Path) -> Iterator[SlackEnv]:
+    yield from running_slack(redis, redis_url, tmp_path)
+
+
+def test_a_tool_call_is_answered_from_slack(slack: SlackEnv, redis: Redis, redis_url: str) -> None:
+    key = ApiKeys(redis, slack.handoffs.store.keys).create("host").key
+
+    def click_when_posted() -> None:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            pending = slack.handoffs.list_pending(run_id="host-run").items
+            if pending and pending[0].message_refs.get("ts"):
+                slack.standin.click(ALICE, slack.posted(pending[0].id), ids.APPROVE)
+                return
+            time.sleep(0.05)
+
+    with serve_api(slack.handoffs.store, ApiConfig(redis_url=redis_url)) as url:
+        clicker = threading.Thread(target=click_when_posted, daemon=True)
+        clicker.start()
+        arguments = {"action": "restart", "args": {"service": "api"}, "channel": CHANNEL}
+        result, _ = _call(url, key, "request_approval", {**arguments, "reviewers": [ALICE]})
+        clicker.join()
+
+    assert result.structured_content["status"] == "approved"
+    assert result.structured_content["decided_by"] == ALICE

@@ -16,7 +16,7 @@ from typing import Annotated, Any
 import anyio
 import httpx
 import rfc8785
-from fastapi import Depends, FastAPI, Header, Query, Request, Response
+from fastapi import FastAPI, Header, Query, Request, Response
 from pydantic import ValidationError
 from redis import Redis
 from redis.asyncio import BlockingConnectionPool as AsyncBlockingConnectionPool
@@ -24,7 +24,8 @@ from redis.asyncio import Redis as AsyncRedis
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from bot.api.auth import authenticate, require_admin
+from bot.api.auth import Key, require_admin
+from bot.api.humanlayer import install_humanlayer
 from bot.api.problems import ApiProblem, install, problem_response
 from bot.api.schemas import (
     IDEMPOTENCY_KEY_MAX,
@@ -44,7 +45,7 @@ from store.arg_schemas import argument_errors
 from store.exceptions import HandoffNotFound
 from store.ids import new_handoff_id
 from store.models import AuditEvent, Callback, Handoff, HandoffRequest, RequestType, Status
-from store.repository import HandoffStore
+from store.repository import Created, HandoffStore
 from worker.outbound import UnsafeUrl, check_url
 
 API_VERSION = "1"
@@ -120,10 +121,6 @@ class BodyLimit:
             413, f"the body is over {self.limit} bytes; send a summary and keep the rest"
         )
         await response(scope, receive, send)
-
-
-Key = Annotated[ApiKey, Depends(authenticate)]
-"""The caller's key (module level: FastAPI resolves annotations by module globals)."""
 
 
 class _BearerGate:
@@ -241,6 +238,30 @@ def build_app(store: HandoffStore, config: ApiConfig) -> FastAPI:
         store.redis.ping()
         return {"status": "ok"}
 
+    def create(body: CreateHandoff, key: ApiKey, idempotency_key: str | None) -> Created:
+        """The one way the API creates a handoff: checked, idempotent, counted per key."""
+        request = _request_of(body, key, idempotency_key, config)
+        scoped = request.idempotency_key
+        claimed = _claim_idempotency(store, scoped, body) if scoped else None
+        try:
+            if claimed is not False:  # a replay of a create that happened is not counted
+                wait = keys.take_create(key, default_per_minute=config.creates_per_minute)
+                if wait is not None:
+                    raise ApiProblem(
+                        429,
+                        f"key {key.name!r} created its handoffs for this minute; retry "
+                        f"after {wait:.0f} s",
+                        headers={"Retry-After": str(int(wait + 0.999))},
+                    )
+            return store.create(request, handoff_id=new_handoff_id(), actor=f"api:{key.name}")
+        except BaseException:
+            if claimed and scoped:
+                # Nothing was created under the key: a corrected request may use it.
+                _release_idempotency(store, scoped)
+            raise
+
+    install_humanlayer(app, store=store, create=create, visible=visible)
+
     @app.post(
         "/v1/handoffs",
         status_code=201,
@@ -259,25 +280,7 @@ def build_app(store: HandoffStore, config: ApiConfig) -> FastAPI:
         idempotency_key: Annotated[str | None, Header(max_length=IDEMPOTENCY_KEY_MAX)] = None,
     ) -> HandoffOut:
         """Create a handoff; it is posted to Slack by a worker."""
-        request = _request_of(body, key, idempotency_key, config)
-        scoped = request.idempotency_key
-        claimed = _claim_idempotency(store, scoped, body) if scoped else None
-        try:
-            if claimed is not False:  # a replay of a create that happened is not counted
-                wait = keys.take_create(key, default_per_minute=config.creates_per_minute)
-                if wait is not None:
-                    raise ApiProblem(
-                        429,
-                        f"key {key.name!r} created its handoffs for this minute; retry "
-                        f"after {wait:.0f} s",
-                        headers={"Retry-After": str(int(wait + 0.999))},
-                    )
-            created = store.create(request, handoff_id=new_handoff_id(), actor=f"api:{key.name}")
-        except BaseException:
-            if claimed and scoped:
-                # Nothing was created under the key: a corrected request may use it.
-                _release_idempotency(store, scoped)
-            raise
+        created = create(body, key, idempotency_key)
         response.status_code = 201 if created.created else 200
         response.headers["Location"] = f"/v1/handoffs/{created.handoff.id}"
         return HandoffOut.of(created.handoff)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from fastapi import Request
+from typing import Annotated
+
+from fastapi import Depends, Request
 
 from bot.api.problems import ApiProblem
 from store.api_keys import ApiKey, ApiKeys
@@ -37,3 +39,8 @@ def require_admin(key: ApiKey) -> None:
     """403 unless ``key`` is an admin key."""
     if not key.admin:
         raise ApiProblem(403, f"key {key.name!r} is not an admin key; this needs one")
+
+
+Key = Annotated[ApiKey, Depends(authenticate)]
+"""The caller's key, as a route parameter (module level: FastAPI resolves annotations by the
+module's globals)."""

@@ -1,0 +1,209 @@
+"""HumanLayer-compatible endpoints (``/humanlayer/v1``): code written against the
+``humanlayer`` 0.7 SDK (``@hl.require_approval()``, ``hl.human_as_tool()``) runs unchanged
+with ``HUMANLAYER_API_BASE`` pointed here and ``HUMANLAYER_API_KEY`` one of our keys.
+
+What the SDK calls for function calls (approvals) and human contacts (questions): create, and
+read the status it polls. A function call becomes an approval (its ``fn`` the action, its
+``kwargs`` the editable arguments, its Slack channel and allowed responders the channel and
+reviewers, its reject options shown to the reviewer); a human contact becomes a question (its
+response options the choices). The SDK's ``call_id`` is the idempotency key, so its retries
+ask once. The status is filled from our decision, failing closed: an expired, cancelled or
+undeliverable approval reads as not approved, with why.
+
+The bodies are our own models of the fields the SDK sends and reads (extra fields are kept,
+as its later versions add some).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from fastapi import APIRouter, FastAPI
+from pydantic import BaseModel, ConfigDict, Field
+
+from bot.api.auth import Key
+from bot.api.problems import ApiProblem
+from bot.api.schemas import CreateHandoff
+from store.api_keys import ApiKey
+from store.decoding import as_text
+from store.models import Handoff, ProposedAction, RequestType, Status
+from store.repository import Created, HandoffStore
+
+PREFIX = "/humanlayer/v1"
+_METADATA = "humanlayer"
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class SlackChannel(_Open):
+    channel_or_user_id: str = Field(min_length=1, max_length=64)
+    context_about_channel_or_user: str | None = None
+    allowed_responder_ids: list[str] | None = None
+
+
+class ContactChannel(_Open):
+    slack: SlackChannel | None = None
+
+
+class ResponseOption(_Open):
+    name: str = Field(min_length=1, max_length=200)
+    title: str | None = None
+    description: str | None = None
+
+
+class FunctionCallSpec(_Open):
+    fn: str = Field(min_length=1, max_length=200)
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    channel: ContactChannel | None = None
+    reject_options: list[ResponseOption] | None = None
+    state: dict[str, Any] | None = None
+
+
+class FunctionCallStatus(_Open):
+    requested_at: datetime | None = None
+    responded_at: datetime | None = None
+    approved: bool | None = None
+    comment: str | None = None
+    reject_option_name: str | None = None
+
+
+class FunctionCall(_Open):
+    run_id: str = Field(min_length=1, max_length=256)
+    call_id: str = Field(min_length=1, max_length=120)
+    spec: FunctionCallSpec
+    status: FunctionCallStatus | None = None
+
+
+class HumanContactSpec(_Open):
+    msg: str = Field(min_length=1)
+    subject: str | None = None
+    channel: ContactChannel | None = None
+    response_options: list[ResponseOption] | None = None
+    state: dict[str, Any] | None = None
+
+
+class HumanContactStatus(_Open):
+    requested_at: datetime | None = None
+    responded_at: datetime | None = None
+    response: str | None = None
+    response_option_name: str | None = None
+
+
+class HumanContact(_Open):
+    run_id: str = Field(min_length=1, max_length=256)
+    call_id: str = Field(min_length=1, max_length=120)
+    spec: HumanContactSpec
+    status: HumanContactStatus | None = None
+
+
+Create = Callable[[CreateHandoff, ApiKey, str | None], Created]
+Visible = Callable[[str, ApiKey], Handoff]
+
+_CLOSED = {
+    Status.EXPIRED: "the request expired before anyone decided",
+    Status.CANCELLED: "the request was cancelled",
+    Status.UNDELIVERABLE: "the request could not be delivered to Slack",
+}
+
+
+def _routing(channel: ContactChannel | None) -> dict[str, Any]:
+    slack = channel.slack if channel else None
+    if slack is None:
+        return {}
+    return {"channel": slack.channel_or_user_id, "reviewers": slack.allowed_responder_ids or []}
+
+
+def install_humanlayer(
+    app: FastAPI, *, store: HandoffStore, create: Create, visible: Visible
+) -> None:
+    """Add the HumanLayer-compatible routes to ``app``."""
+    router = APIRouter(prefix=PREFIX, tags=["HumanLayer compatibility"])
+
+    def find(key: ApiKey, kind: str, call_id: str) -> Handoff:
+        scoped = f"{key.name}/{kind}:{call_id}"
+        handoff_id = store.redis.get(store.keys.idempotency(scoped))
+        if handoff_id is None:
+            raise ApiProblem(404, f"no {kind.replace('-', ' ')} with call_id {call_id!r}")
+        return visible(as_text(handoff_id), key)
+
+    @router.post("/function_calls", response_model=FunctionCall)
+    def add_function_call(call: FunctionCall, key: Key) -> FunctionCall:
+        """A function call to approve: an approval handoff."""
+        options = call.spec.reject_options or []
+        shown = "\n".join(
+            f"• {o.title or o.name}" + (f": {o.description}" if o.description else "")
+            for o in options
+        )
+        context = f"The agent wants to call `{call.spec.fn}`." + (
+            f"\nIf you reject it, say which: \n{shown}" if shown else ""
+        )
+        body = CreateHandoff(
+            request_type=RequestType.APPROVAL,
+            run_id=call.run_id,
+            thread_id=call.call_id,
+            context=context,
+            action=ProposedAction(name=call.spec.fn, args=call.spec.kwargs),
+            metadata={_METADATA: {"call": call.model_dump(mode="json")}},
+            **_routing(call.spec.channel),
+        )
+        handoff = create(body, key, f"function-call:{call.call_id}").handoff
+        return _function_call(handoff)
+
+    @router.get("/function_calls/{call_id}", response_model=FunctionCall)
+    def get_function_call(call_id: str, key: Key) -> FunctionCall:
+        return _function_call(find(key, "function-call", call_id))
+
+    @router.post("/contact_requests", response_model=HumanContact)
+    def add_contact_request(contact: HumanContact, key: Key) -> HumanContact:
+        """A question for a person: a question handoff."""
+        options = contact.spec.response_options or []
+        body = CreateHandoff(
+            request_type=RequestType.QUESTION,
+            run_id=contact.run_id,
+            thread_id=contact.call_id,
+            context=contact.spec.subject or "",
+            question=contact.spec.msg,
+            choices=[o.title or o.name for o in options] or None,
+            metadata={_METADATA: {"contact": contact.model_dump(mode="json")}},
+            **_routing(contact.spec.channel),
+        )
+        handoff = create(body, key, f"human-contact:{contact.call_id}").handoff
+        return _human_contact(handoff)
+
+    @router.get("/contact_requests/{call_id}", response_model=HumanContact)
+    def get_contact_request(call_id: str, key: Key) -> HumanContact:
+        return _human_contact(find(key, "human-contact", call_id))
+
+    app.include_router(router)
+
+
+def _function_call(handoff: Handoff) -> FunctionCall:
+    call = FunctionCall.model_validate(handoff.metadata[_METADATA]["call"])
+    decision = handoff.resume_data
+    status = FunctionCallStatus(requested_at=handoff.created_at)
+    if decision is not None:
+        status.responded_at = handoff.decided_at
+        status.approved = decision.outcome is Status.APPROVED
+        status.comment = decision.comment or _CLOSED.get(decision.outcome)
+    call.status = status
+    return call
+
+
+def _human_contact(handoff: Handoff) -> HumanContact:
+    contact = HumanContact.model_validate(handoff.metadata[_METADATA]["contact"])
+    decision = handoff.resume_data
+    status = HumanContactStatus(requested_at=handoff.created_at)
+    if decision is not None:
+        status.responded_at = handoff.decided_at
+        # The SDK polls until a response is there: a closed question answers why.
+        status.response = decision.answer or _CLOSED.get(decision.outcome) or decision.comment
+        options = contact.spec.response_options or []
+        status.response_option_name = next(
+            (o.name for o in options if decision.answer in (o.name, o.title)), None
+        )
+    contact.status = status
+    return contact
