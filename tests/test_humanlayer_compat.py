@@ -146,3 +146,48 @@ def test_bad_bodies_and_keys_are_refused_and_change_nothing(
     assert [k for k in sorted(redis.keys("*")) if b"apirate" not in k] == [
         k for k in before if b"apirate" not in k
     ]
+
+
+def test_an_approval_with_edited_arguments_does_not_run_the_original_call(
+    slack: SlackEnv, hl: HumanLayer
+) -> None:
+    ran: list[int] = []
+
+    @hl.require_approval()
+    def issue_refund(amount_usd: int) -> str:
+        ran.append(amount_usd)
+        return "refunded"
+
+    thread, results = _in_thread(lambda: issue_refund(amount_usd=5000))
+    handoff, _ = _posted(slack)
+    slack.handoffs.decide(handoff.id, "approved", by=ALICE, edited_args={"amount_usd": 5})
+    thread.join(timeout=30)
+
+    # The SDK would call the function with its own kwargs: an edit must not turn into them.
+    assert ran == []
+    [answer] = results
+    assert answer.startswith("User denied issue_refund with message: approved only with other")
+    assert '{"amount_usd": 5}' in answer
+
+
+def test_a_v1_handoff_is_not_read_as_a_humanlayer_call(slack: SlackEnv, hl: HumanLayer) -> None:
+    base = hl.backend.connection.api_base_url  # type: ignore[union-attr]
+    key = hl.backend.connection.api_key  # type: ignore[union-attr]
+    headers = {"Authorization": f"Bearer {key}"}
+    v1 = base.removesuffix("/humanlayer/v1")
+    made = httpx.post(
+        f"{v1}/v1/handoffs",
+        json={"request_type": "question", "run_id": "r", "thread_id": "t", "question": "?"},
+        headers={**headers, "Idempotency-Key": "function-call:X"},
+    )
+    assert made.status_code == 201
+
+    looked_up = httpx.get(f"{base}/function_calls/X", headers=headers)
+    slashed = httpx.post(
+        f"{base}/function_calls",
+        json={"run_id": "r", "call_id": "a/b", "spec": {"fn": "f", "kwargs": {}}},
+        headers=headers,
+    )
+
+    assert looked_up.status_code == 404
+    assert slashed.status_code == 422

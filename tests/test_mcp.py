@@ -313,3 +313,33 @@ def test_a_tool_call_is_answered_from_slack(slack: SlackEnv, redis: Redis, redis
 
     assert result.structured_content["status"] == "approved"
     assert result.structured_content["decided_by"] == ALICE
+
+
+def test_bad_ids_and_keys_are_tool_errors(api: tuple[str, str, Handoffs]) -> None:
+    url, key, handoffs = api
+
+    bad_id, _ = _call(url, key, "get_handoff", {"id": "../../v1/audit"})
+    bad_key, _ = _call(url, key, "ask_human", {"question": "?", "idempotency_key": "k\r\nX: 1"})
+
+    assert bad_id.is_error and bad_key.is_error
+    assert handoffs.list_pending().items == []
+
+
+def test_a_streamable_http_call_answers_and_one_key_is_required(
+    api: tuple[str, str, Handoffs],
+) -> None:
+    url, key, handoffs = api
+    decider = _decide_when_asked_any(
+        handoffs, lambda i: handoffs.decide(i, "answered", by="U0ANA", answer="yes"), run_id="mcp"
+    )
+
+    result, _ = _call_http(url, key, "ask_human", {"question": "Ship it?"})
+    decider.join()
+    doubled = httpx.post(
+        f"{url}/mcp",
+        json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
+        headers=[("Authorization", f"Bearer {key}"), ("Authorization", "Bearer hk_other")],
+    )
+
+    assert result.structured_content["answer"] == "yes"
+    assert doubled.status_code == 401

@@ -51,6 +51,10 @@ from worker.outbound import UnsafeUrl, check_url
 API_VERSION = "1"
 MAX_POLL_SECONDS = 60
 JSON = "application/json"
+MCP_MAX_WAIT_SECONDS = 120
+"""Longest an MCP tool call over HTTP waits (then it answers pending, and get_handoff picks
+the decision up): a host that went away without closing leaves a wait behind that ends at
+most this late, instead of holding a task for an hour."""
 READ_CONNECTIONS = 32
 """Redis connections the waits' reads share (each read takes one for a round trip)."""
 _BODY_OVERHEAD = 16 * 1024
@@ -132,7 +136,8 @@ class _BearerGate:
         self.keys = keys
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        header = dict(scope.get("headers", [])).get(b"authorization", b"").decode("latin-1")
+        given = [v for k, v in scope.get("headers", []) if k.lower() == b"authorization"]
+        header = given[0].decode("latin-1") if len(given) == 1 else ""  # one key, no doubt
         scheme, _, token = header.partition(" ")
         key = None
         if scheme.lower() == "bearer" and token.strip():
@@ -216,7 +221,10 @@ def build_app(store: HandoffStore, config: ApiConfig) -> FastAPI:
     install(app)
     # The MCP tools over Streamable HTTP at /mcp: each call goes through this app's own
     # routes (in process) with the caller's key, so the keys' scopes hold there too.
-    mcp_server = build_server(lambda ctx: _in_process_api(app, ctx), run_id="mcp")
+    mcp_server = build_server(
+        lambda ctx: _in_process_api(app, ctx), run_id="mcp", max_wait_seconds=MCP_MAX_WAIT_SECONDS
+    )
+    # One JSON answer per call (no stream): calls over HTTP are capped instead (above).
     mcp_http = mcp_server.streamable_http_app(
         streamable_http_path="/", stateless_http=True, json_response=True
     )

@@ -16,6 +16,7 @@ as its later versions add some).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -32,6 +33,8 @@ from store.models import Handoff, ProposedAction, RequestType, Status
 from store.repository import Created, HandoffStore
 
 PREFIX = "/humanlayer/v1"
+CALL_ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,120}$"
+"""A call id as it can be read back in a URL path (the SDK's are letters, digits, dashes)."""
 _METADATA = "humanlayer"
 
 
@@ -73,7 +76,7 @@ class FunctionCallStatus(_Open):
 
 class FunctionCall(_Open):
     run_id: str = Field(min_length=1, max_length=256)
-    call_id: str = Field(min_length=1, max_length=120)
+    call_id: str = Field(pattern=CALL_ID_PATTERN)
     spec: FunctionCallSpec
     status: FunctionCallStatus | None = None
 
@@ -95,7 +98,7 @@ class HumanContactStatus(_Open):
 
 class HumanContact(_Open):
     run_id: str = Field(min_length=1, max_length=256)
-    call_id: str = Field(min_length=1, max_length=120)
+    call_id: str = Field(pattern=CALL_ID_PATTERN)
     spec: HumanContactSpec
     status: HumanContactStatus | None = None
 
@@ -126,9 +129,11 @@ def install_humanlayer(
     def find(key: ApiKey, kind: str, call_id: str) -> Handoff:
         scoped = f"{key.name}/{kind}:{call_id}"
         handoff_id = store.redis.get(store.keys.idempotency(scoped))
-        if handoff_id is None:
+        handoff = visible(as_text(handoff_id), key) if handoff_id is not None else None
+        # A handoff made over /v1 with a look-alike idempotency key is not a HumanLayer call.
+        if handoff is None or _METADATA not in handoff.metadata:
             raise ApiProblem(404, f"no {kind.replace('-', ' ')} with call_id {call_id!r}")
-        return visible(as_text(handoff_id), key)
+        return handoff
 
     @router.post("/function_calls", response_model=FunctionCall)
     def add_function_call(call: FunctionCall, key: Key) -> FunctionCall:
@@ -189,6 +194,17 @@ def _function_call(handoff: Handoff) -> FunctionCall:
         status.responded_at = handoff.decided_at
         status.approved = decision.outcome is Status.APPROVED
         status.comment = decision.comment or _CLOSED.get(decision.outcome)
+        edited = decision.edited_args
+        if status.approved and edited is not None and edited != call.spec.kwargs:
+            # The SDK runs the function with its own kwargs, whatever we answer: an approval
+            # of other arguments must not run the original ones. Fail closed, and say what
+            # the reviewer approved so the agent can ask again with it.
+            status.approved = False
+            status.comment = (
+                "approved only with other arguments, so the original call was not made: "
+                f"{json.dumps(edited, sort_keys=True)}"
+                + (f" ({decision.comment})" if decision.comment else "")
+            )
     call.status = status
     return call
 

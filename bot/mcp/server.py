@@ -10,6 +10,7 @@ import json
 import time
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
+from urllib.parse import quote
 
 import httpx
 from mcp.server.mcpserver import Context, MCPServer
@@ -63,11 +64,17 @@ class Api:
 
     async def create(self, body: dict[str, Any], idempotency_key: str | None) -> dict[str, Any]:
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
-        return await self._call("POST", "/v1/handoffs", json=body, headers=headers)
+        try:
+            # NaN and infinities are no JSON: refused here, as the API refuses them.
+            content = json.dumps(body, allow_nan=False).encode()
+        except ValueError:
+            raise ToolError("numbers must be finite (no NaN or Infinity)") from None
+        headers["content-type"] = "application/json"
+        return await self._call("POST", "/v1/handoffs", content=content, headers=headers)
 
     async def get(self, handoff_id: str, wait: float = 0) -> dict[str, Any]:
         params = {"wait": f"{wait:g}"} if wait > 0 else {}
-        return await self._call("GET", f"/v1/handoffs/{handoff_id}", params=params)
+        return await self._call("GET", f"/v1/handoffs/{quote(handoff_id, safe='')}", params=params)
 
     async def _call(self, method: str, path: str, **options: Any) -> dict[str, Any]:
         try:
@@ -111,7 +118,7 @@ Timeout = Annotated[
 Key = Annotated[
     str | None,
     Field(
-        max_length=180,
+        pattern=r"^[!-~]{1,180}$",
         description="The same key returns the same handoff: pass one so a retried call does "
         "not ask twice.",
     ),
@@ -122,7 +129,12 @@ Reviewers = Annotated[
 Required = Annotated[str, Field(min_length=1)]
 
 
-def build_server(api: Api | Callable[[Context], Api], *, run_id: str = "mcp") -> MCPServer:
+def build_server(
+    api: Api | Callable[[Context], Api],
+    *,
+    run_id: str = "mcp",
+    max_wait_seconds: float = MAX_TIMEOUT_SECONDS,
+) -> MCPServer:
     """The server over ``api`` (or, for Streamable HTTP, ``api(ctx)``: the API as the caller's
     key sees it); handoffs are created in run ``run_id``."""
 
@@ -140,7 +152,8 @@ def build_server(api: Api | Callable[[Context], Api], *, run_id: str = "mcp") ->
         body = {"run_id": run_id, "thread_id": run_id, **body}
         caller = api_of(ctx)
         try:
-            return await _wait(caller, await caller.create(body, key), timeout, ctx)
+            created = await caller.create(body, key)
+            return await _wait(caller, created, min(timeout, max_wait_seconds), ctx)
         finally:
             if callable(api):  # a client for this call only
                 await caller.client.aclose()
@@ -238,7 +251,7 @@ def build_server(api: Api | Callable[[Context], Api], *, run_id: str = "mcp") ->
 
     @server.tool()
     async def get_handoff(
-        id: Annotated[str, Field(min_length=1, max_length=64)],
+        id: Annotated[str, Field(pattern=r"^[A-Za-z0-9_]{1,64}$")],
         wait_seconds: Annotated[float, Field(ge=0, le=MAX_TIMEOUT_SECONDS)] = 0,
         *,
         ctx: Context,
@@ -246,7 +259,8 @@ def build_server(api: Api | Callable[[Context], Api], *, run_id: str = "mcp") ->
         """A handoff's state; with wait_seconds, once it is decided or the time is up."""
         caller = api_of(ctx)
         try:
-            return await _wait(caller, await caller.get(id), wait_seconds, ctx)
+            found = await caller.get(id)
+            return await _wait(caller, found, min(wait_seconds, max_wait_seconds), ctx)
         finally:
             if callable(api):
                 await caller.client.aclose()
@@ -255,7 +269,7 @@ def build_server(api: Api | Callable[[Context], Api], *, run_id: str = "mcp") ->
     async def permission_prompt(
         tool_name: Annotated[str, Field(min_length=1, max_length=200)],
         input: dict[str, Any] | None = None,
-        tool_use_id: Annotated[str | None, Field(max_length=180)] = None,
+        tool_use_id: Annotated[str | None, Field(pattern=r"^[!-~]{1,160}$")] = None,
         *,
         ctx: Context,
     ) -> str:
@@ -267,9 +281,12 @@ def build_server(api: Api | Callable[[Context], Api], *, run_id: str = "mcp") ->
             "context": f"The agent wants to run `{tool_name}`.",
         }
         result = await create_and_wait(
-            body, f"permission-{tool_use_id}" if tool_use_id else None, DEFAULT_TIMEOUT_SECONDS, ctx
+            body,
+            f"permission-{tool_use_id}" if tool_use_id else None,
+            DEFAULT_TIMEOUT_SECONDS,
+            ctx,
         )
-        if result.status == "approved":
+        if result.status == "approved" and result.request_type == "approval":
             allowed = result.edited_args if result.edited_args is not None else (input or {})
             return json.dumps({"behavior": "allow", "updatedInput": allowed})
         # Rejected, expired, cancelled, undeliverable, or nobody in time: fail closed.
