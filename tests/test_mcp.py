@@ -53,14 +53,18 @@ def _session(url: str, key: str) -> StdioServerParameters:
 
 
 def _decide_when_asked(
-    handoffs: Handoffs, decide: Callable[[str], Any], *, after: float = 0.5
+    handoffs: Handoffs,
+    decide: Callable[[str], Any],
+    *,
+    after: float = 0.5,
+    run_id: str = "host-run",
 ) -> threading.Thread:
     """Decide the first pending handoff of the run once it appears (a person in Slack)."""
 
     def run() -> None:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
-            pending = handoffs.list_pending(run_id="host-run").items
+            pending = handoffs.list_pending(run_id=run_id).items
             if pending:
                 time.sleep(after)
                 decide(pending[0].id)
@@ -228,7 +232,7 @@ def _call_http(url: str, key: str, tool: str, arguments: dict[str, Any]) -> tupl
 
 def test_the_same_tools_over_streamable_http_on_the_api(api: tuple[str, str, Handoffs]) -> None:
     url, key, handoffs = api
-    decider = _decide_when_asked_any(
+    decider = _decide_when_asked(
         handoffs, lambda i: handoffs.decide(i, "approved", by="U0ANA"), run_id="mcp"
     )
 
@@ -254,24 +258,6 @@ def test_streamable_http_refuses_a_missing_or_bad_key(api: tuple[str, str, Hando
     for answer in (anonymous, wrong):
         assert answer.status_code == 401
         assert answer.headers["www-authenticate"].startswith("Bearer")
-
-
-def _decide_when_asked_any(
-    handoffs: Handoffs, decide: Callable[[str], Any], *, run_id: str
-) -> threading.Thread:
-    def run() -> None:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            pending = handoffs.list_pending(run_id=run_id).items
-            if pending:
-                time.sleep(0.3)
-                decide(pending[0].id)
-                return
-            time.sleep(0.05)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread
 
 
 def test_permission_prompt_denies_after_expiry(api: tuple[str, str, Handoffs]) -> None:
@@ -329,7 +315,7 @@ def test_a_streamable_http_call_answers_and_one_key_is_required(
     api: tuple[str, str, Handoffs],
 ) -> None:
     url, key, handoffs = api
-    decider = _decide_when_asked_any(
+    decider = _decide_when_asked(
         handoffs, lambda i: handoffs.decide(i, "answered", by="U0ANA", answer="yes"), run_id="mcp"
     )
 
