@@ -21,7 +21,7 @@ COPY bot ./bot
 COPY handlers ./handlers
 COPY store ./store
 COPY worker ./worker
-RUN pip install . && rm -rf /src
+RUN pip install ".[mcp]" && rm -rf /src
 
 RUN useradd --create-home --uid 10001 --user-group handoff
 USER handoff

@@ -1,20 +1,22 @@
 """Click benchmark: signed approve clicks against ``handoff serve`` and a bare Bolt app.
 
 Not a test: it measures and prints figures. In one run it starts the local Slack stand-in
-(in this process), ``handoff serve``, a bare Bolt app whose only listener acks
+(in this process), ``handoff serve``, a second ``handoff serve`` with its metrics off
+(``HANDOFF_METRICS=false``), a bare Bolt app whose only listener acks
 (``bench.bare_bolt_app``, under gunicorn with the same workers and threads) and one
 ``handoff worker`` (subprocesses). It creates approval handoffs, waits until the worker has
 posted each one, and records the signed ``block_actions`` body of the click that approves
-it. After a warm-up of both servers it sends those bodies, one click per handoff, from
+it. After a warm-up of the servers it sends those bodies, one click per handoff, from
 ``--concurrency`` threads with persistent HTTP connections: in ``--rounds`` rounds, each
-a share to the bare app and the same share to ``handoff serve`` (alternating which goes
-first, so both see the same background load on a shared machine). Then a few clicks go
-one at a time to idle workers.
+a share to the bare app, the same share to ``handoff serve`` and as many clicks on other
+handoffs to the one without metrics (rotating which goes first, so all see the same
+background load on a shared machine). Then a few clicks go one at a time to idle workers.
 
-It prints req/s, p50 and p99 of both servers, their ratio, the CPU time each process
-spent per click, and how long after a click's response its resume target started, under
-load and idle (with where the idle time goes, from the audit trail). Targets: ratio
->= 0.6, ``handoff serve`` p99 < 100 ms, median click -> resume start < 50 ms.
+It prints req/s, p50 and p99 of the servers, the ratio to bare Bolt, the CPU time each
+process spent per click, and how long after a click's response its resume target started,
+under load and idle (with where the idle time goes, from the audit trail). Targets: ratio
+>= 0.6, ``handoff serve`` p99 < 100 ms, median click -> resume start < 50 ms, and the
+metrics add less than 5% to ``handoff serve``'s CPU per click.
 
 Everything goes into a fresh random namespace and RQ queue, deleted at the end (only
 those keys: it never flushes, so it is safe on a Redis that holds other data). It exits
@@ -82,6 +84,8 @@ P99_TARGET_MS = 100.0
 """99th percentile of a click's response time on ``handoff serve``, below."""
 RESUME_P50_TARGET_MS = 50.0
 """Median time from a click's response to its resume target starting, below."""
+METRICS_CPU_TARGET = 1.05
+"""``handoff serve``'s CPU per click with metrics on over with them off, below."""
 
 REQUEST_TIMEOUT_SECONDS = 10.0
 POLL_SECONDS = 0.02
@@ -606,6 +610,9 @@ class Results:
     """``handoff serve`` req/s over bare Bolt req/s in each round."""
     bare_cpu: CpuMeter
     serve_cpu: CpuMeter
+    off: ClickRun
+    """``handoff serve`` with its metrics off (``HANDOFF_METRICS=false``)."""
+    off_cpu: CpuMeter
     loaded_resume_ms: list[float]
     drain_seconds: float
     """From the first measured click on ``handoff serve`` until every resume and message
@@ -624,6 +631,19 @@ class Results:
         """``handoff serve`` req/s over bare Bolt req/s, all rounds together."""
         return self.serve.rate / self.bare.rate
 
+    def serve_cpu_ms(self) -> tuple[float, float]:
+        """CPU ms per click of the ``handoff serve`` process itself (its gunicorn workers),
+        with metrics on and with them off."""
+        on = self.serve_cpu.used.get("serve", math.nan) * 1000 / len(self.serve.statuses)
+        off = self.off_cpu.used.get("serve-off", math.nan) * 1000 / len(self.off.statuses)
+        return on, off
+
+    @property
+    def metrics_cpu_ratio(self) -> float:
+        """``handoff serve``'s CPU per click with metrics on over with them off."""
+        on, off = self.serve_cpu_ms()
+        return on / off if off else math.nan
+
     def figures(self) -> list[Figure]:
         """The rows for ``bench/run_all``'s table."""
         serve_ms = self.serve.latencies_ms
@@ -631,6 +651,13 @@ class Results:
             Figure("bare Bolt app", self.bare.rate, "/s"),
             Figure("handoff serve", self.serve.rate, "/s"),
             Figure("handoff serve / bare Bolt", self.ratio, "x", Target(">=", RATIO_TARGET)),
+            Figure("handoff serve, metrics off", self.off.rate, "/s"),
+            Figure(
+                "handoff serve CPU per click, metrics on / off",
+                self.metrics_cpu_ratio,
+                "x",
+                Target("<", METRICS_CPU_TARGET),
+            ),
             Figure("click response p50, handoff serve", common.percentile(serve_ms, 0.5), "ms"),
             Figure(
                 "click response p99, handoff serve",
@@ -679,7 +706,11 @@ def _latency(values: Sequence[float]) -> str:
 
 def _print_servers(results: Results) -> None:
     print(f"\n  {'server':<16}{'req/s':>9}{'p50':>11}{'p99':>11}{'max':>11}")
-    for name, run in (("bare Bolt", results.bare), ("handoff serve", results.serve)):
+    for name, run in (
+        ("bare Bolt", results.bare),
+        ("handoff serve", results.serve),
+        ("  metrics off", results.off),
+    ):
         p50, p99 = (
             common.percentile(run.latencies_ms, 0.5),
             common.percentile(run.latencies_ms, 0.99),
@@ -694,6 +725,7 @@ def _print_servers(results: Results) -> None:
     for name, meter, run in (
         ("bare Bolt", results.bare_cpu, results.bare),
         ("handoff serve", results.serve_cpu, results.serve),
+        ("metrics off", results.off_cpu, results.off),
     ):
         print(f"    {name + ' rounds:':<22}{meter.describe(len(run.statuses))}")
     bare_ms = results.bare_cpu.own_ms_per_click(len(results.bare.statuses))
@@ -723,6 +755,15 @@ def _print_targets(results: Results) -> None:
     _print_target(
         "handoff serve p99", f"{p99:.1f} ms", f"< {P99_TARGET_MS:.0f} ms", p99 < P99_TARGET_MS
     )
+    on, off = results.serve_cpu_ms()
+    cost = results.metrics_cpu_ratio
+    _print_target(
+        "serve CPU/click, metrics on / off",
+        f"{cost:.3f}",
+        f"< {METRICS_CPU_TARGET}",
+        None if math.isnan(cost) else cost < METRICS_CPU_TARGET,
+    )
+    print(f"      (handoff serve {on:.3f} ms with metrics, {off:.3f} ms without; {cost - 1:+.1%})")
     for label, values in (
         ("click -> resume p50, under load", results.loaded_resume_ms),
         ("click -> resume p50, idle", results.idle_resume_ms),
@@ -793,6 +834,8 @@ class Rig:
     serve_port: int
     bare_port: int
     worker_names: list[str]
+    off_port: int
+    """The port of ``handoff serve`` with its metrics off."""
 
     def jobs_run(self) -> int:
         """RQ jobs the workers have run so far (finished or failed), on both queues."""
@@ -843,6 +886,9 @@ def start_rig(options: Options, url: str, namespace: str, cleanup: contextlib.Ex
     serve_options = ["--host", HOST, "--port", str(serve_port)]
     serve_options += ["--workers", str(options.serve_workers), "--threads", str(options.threads)]
     processes.spawn("serve", [*CLI, "serve", *serve_options], env)
+    off_port = free_port()
+    off_options = [*serve_options[:2], "--port", str(off_port), *serve_options[4:]]
+    processes.spawn("serve-off", [*CLI, "serve", *off_options], {**env, "HANDOFF_METRICS": "false"})
     processes.spawn(
         "bare",
         [sys.executable, "-m", "gunicorn", *gunicorn_options(options, bare_port), BARE_APP],
@@ -852,6 +898,7 @@ def start_rig(options: Options, url: str, namespace: str, cleanup: contextlib.Ex
     worker_names = [f"{queue}-worker{n}" for n in range(options.workers)]
     processes.spawn_workers(worker_names, env)
     wait_until_answering(processes, "serve", f"http://{HOST}:{serve_port}{HEALTH_PATH}")
+    wait_until_answering(processes, "serve-off", f"http://{HOST}:{off_port}{HEALTH_PATH}")
     wait_until_answering(processes, "bare", f"http://{HOST}:{bare_port}{EVENTS_PATH}")
     wait_for_workers(redis, processes, worker_names)
     common.progress(f"servers and workers up; logs in {processes.log_dir}")
@@ -866,14 +913,16 @@ def start_rig(options: Options, url: str, namespace: str, cleanup: contextlib.Ex
         serve_port=serve_port,
         bare_port=bare_port,
         worker_names=worker_names,
+        off_port=off_port,
     )
 
 
 def prepare_clicks(rig: Rig) -> tuple[list[str], list[bytes]]:
-    """Create the handoffs (warm-up, measured, idle samples, in that order), wait until
-    they are posted, and record the click that approves each one."""
+    """Create the handoffs (warm-up, measured, idle samples, in that order; then warm-up and
+    measured ones for the server without metrics, ``Layout``), wait until they are posted,
+    and record the click that approves each one."""
     options = rig.options
-    total = options.warmup + options.clicks + options.idle_samples
+    total = 2 * (options.warmup + options.clicks) + options.idle_samples
     ids = create_handoffs(rig.handoffs, total, rig.recorder.base)
     common.progress(f"created {total:,} handoffs; waiting for the workers to post them")
     posted = wait_until_posted(rig.handoffs, ids, rig.processes, options.timeout)
@@ -889,32 +938,73 @@ class Rounds:
 
     bare: list[ClickRun] = field(default_factory=list)
     serve: list[ClickRun] = field(default_factory=list)
+    off: list[ClickRun] = field(default_factory=list)
+    """``handoff serve`` with its metrics off."""
     bare_cpu: CpuMeter = field(default_factory=lambda: CpuMeter({}))
     serve_cpu: CpuMeter = field(default_factory=lambda: CpuMeter({}))
+    off_cpu: CpuMeter = field(default_factory=lambda: CpuMeter({}))
     loaded_resume_ms: list[float] = field(default_factory=list)
     drain_seconds: float = 0.0
     finished: bool = True
 
 
-def run_rounds(rig: Rig, ids: Sequence[str], bodies: Sequence[bytes], resumed: int) -> Rounds:
-    """Send the measured clicks in ``options.rounds`` rounds, each a share to the bare app and
-    the same share to ``handoff serve``, alternating which goes first.
+@dataclass(frozen=True)
+class Layout:
+    """Which handoffs (and click bodies) each part of a run uses, by index: in creation
+    order, the warm-up, the measured clicks and the idle samples of ``handoff serve``, then
+    the warm-up and the measured clicks of ``handoff serve`` without metrics (the bare app
+    gets the measured clicks of ``handoff serve``: it decides nothing)."""
 
-    Alternating short rounds expose both servers to the same background load (this
-    machine is shared), where one long run each would not. Every round starts with idle
-    workers: after ``handoff serve``'s share it waits until all its resumes and message
-    updates are done. ``resumed`` is how many resumes ran before.
+    warm: slice
+    measured: slice
+    idle: slice
+    off_warm: slice
+    off_measured: slice
+
+    @classmethod
+    def of(cls, options: Options) -> Layout:
+        """The layout of a run of ``options``."""
+        w, c, i = options.warmup, options.clicks, options.idle_samples
+        return cls(
+            warm=slice(0, w),
+            measured=slice(w, w + c),
+            idle=slice(w + c, w + c + i),
+            off_warm=slice(w + c + i, 2 * w + c + i),
+            off_measured=slice(2 * w + c + i, 2 * (w + c) + i),
+        )
+
+
+SERVERS = ("bare", "serve", "off")
+"""The servers of each round, in the order of the first round; each round starts one later."""
+
+
+def run_rounds(
+    rig: Rig,
+    ids: Sequence[str],
+    bodies: Sequence[bytes],
+    off_bodies: Sequence[bytes],
+    resumed: int,
+) -> Rounds:
+    """Send the measured clicks in ``options.rounds`` rounds, each a share to the bare app,
+    the same share to ``handoff serve`` and as many of ``off_bodies`` to ``handoff serve``
+    without metrics, rotating which goes first.
+
+    Rotating short rounds expose every server to the same background load (this machine is
+    shared), where one long run each would not. Every round starts with idle workers: after
+    a ``handoff serve``'s share it waits until all its resumes and message updates are done.
+    ``resumed`` is how many resumes ran before.
     """
     options = rig.options
     rounds = Rounds(
         bare_cpu=CpuMeter(rig.cpu_clocks("bare", "serve")),
         serve_cpu=CpuMeter(rig.cpu_clocks("serve")),
+        off_cpu=CpuMeter(rig.cpu_clocks("serve-off")),
     )
     size = math.ceil(len(ids) / options.rounds)
     for number, first in enumerate(range(0, len(ids), size)):
         share = slice(first, first + size)
-        order = ("bare", "serve") if number % 2 == 0 else ("serve", "bare")
-        for name in order:
+        turn = number % len(SERVERS)
+        for name in SERVERS[turn:] + SERVERS[:turn]:
             if name == "bare":
                 with rounds.bare_cpu.measure():
                     run = send_clicks(rig.bare_port, bodies[share], options.concurrency)
@@ -922,36 +1012,42 @@ def run_rounds(rig: Rig, ids: Sequence[str], bodies: Sequence[bytes], resumed: i
                 common.progress(f"round {number + 1}: bare Bolt {run.rate:,.0f} req/s")
                 continue
             started = time.monotonic()
-            with rounds.serve_cpu.measure():
-                run = send_clicks(rig.serve_port, bodies[share], options.concurrency)
-            rounds.serve.append(run)
-            common.progress(f"round {number + 1}: handoff serve {run.rate:,.0f} req/s; resuming")
+            on = name == "serve"
+            meter = rounds.serve_cpu if on else rounds.off_cpu
+            port, sent = (rig.serve_port, bodies) if on else (rig.off_port, off_bodies)
+            with meter.measure():
+                run = send_clicks(port, sent[share], options.concurrency)
+            (rounds.serve if on else rounds.off).append(run)
+            label = "handoff serve" if on else "handoff serve, metrics off"
+            common.progress(f"round {number + 1}: {label} {run.rate:,.0f} req/s; resuming")
             resumed += len(run.statuses)
             if not wait_until_quiet(rig, resumed):
                 rounds.finished = False
                 return rounds
-            rounds.drain_seconds += time.monotonic() - started
-            rounds.loaded_resume_ms += click_to_resume_ms(ids[share], run, rig.recorder.started())
+            if on:
+                rounds.drain_seconds += time.monotonic() - started
+                started_at = rig.recorder.started()
+                rounds.loaded_resume_ms += click_to_resume_ms(ids[share], run, started_at)
     return rounds
 
 
 def measure(rig: Rig, ids: list[str], bodies: list[bytes], server: str) -> Results:
-    """Warm both servers up, run the measured rounds, then the idle samples; check."""
+    """Warm the servers up, run the measured rounds, then the idle samples; check."""
     options = rig.options
-    warm, measured = (
-        slice(0, options.warmup),
-        slice(options.warmup, options.warmup + options.clicks),
-    )
-    idle = slice(options.warmup + options.clicks, len(ids))
+    layout = Layout.of(options)
+    warm, measured, idle = layout.warm, layout.measured, layout.idle
 
     # Measure with idle workers: no delivery (or duplicate job) left in RQ.
     if not wait_until_quiet(rig, 0):
         raise RuntimeError("the workers did not finish the deliveries")
     send_clicks(rig.bare_port, bodies[warm], options.concurrency)
     warm_run = send_clicks(rig.serve_port, bodies[warm], options.concurrency)
-    if not wait_until_quiet(rig, options.warmup):
+    off_warm_run = send_clicks(rig.off_port, bodies[layout.off_warm], options.concurrency)
+    if not wait_until_quiet(rig, 2 * options.warmup):
         raise RuntimeError("the warm-up clicks were not all resumed")
-    rounds = run_rounds(rig, ids[measured], bodies[measured], options.warmup)
+    rounds = run_rounds(
+        rig, ids[measured], bodies[measured], bodies[layout.off_measured], 2 * options.warmup
+    )
     idle_ms: list[float] = []
     idle_runs: list[ClickRun] = []
     if rounds.finished:
@@ -961,10 +1057,13 @@ def measure(rig: Rig, ids: list[str], bodies: list[bytes], server: str) -> Resul
     # Checked with every process stopped: a late duplicate resume would show by now.
     rig.processes.stop_all()
     bare, serve = ClickRun.combine(rounds.bare), ClickRun.combine(rounds.serve)
+    off = ClickRun.combine(rounds.off)
     problems = [
         *check_run("bare Bolt", bare),
         *check_run("handoff serve warm-up", warm_run),
+        *check_run("handoff serve, metrics off, warm-up", off_warm_run),
         *check_run("handoff serve", serve),
+        *check_run("handoff serve, metrics off", off),
         *(p for run in idle_runs for p in check_run("handoff serve idle", run)),
     ]
     if not rounds.finished:
@@ -978,6 +1077,8 @@ def measure(rig: Rig, ids: list[str], bodies: list[bytes], server: str) -> Resul
         round_ratios=[s.rate / b.rate for s, b in zip(rounds.serve, rounds.bare, strict=False)],
         bare_cpu=rounds.bare_cpu,
         serve_cpu=rounds.serve_cpu,
+        off=off,
+        off_cpu=rounds.off_cpu,
         loaded_resume_ms=rounds.loaded_resume_ms,
         drain_seconds=rounds.drain_seconds if rounds.finished else math.nan,
         jobs_run=jobs_run,

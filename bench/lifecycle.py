@@ -12,6 +12,10 @@ flushes the database, so it is safe to point at a Redis that holds other data.
    ``--other-concurrencies`` threads (default 1, 2, 4), for information: the client's
    threads share one GIL, so the ratio moves with their number (few threads leave the
    raw baseline's I/O waits to overlap, while create+decide is bound by its own Python).
+   In each round too, next to them: create+decide of approvals that need two people
+   (``approvals_required=2``: a create and two votes by distinct approvers, the second
+   deciding), whose rate over the one-person rate is the cost of a quorum; the target is
+   >= 0.5: one handoff needing two approvals costs no more than two needing one.
 2. The full lifecycle: ``--workers`` ``handoff worker`` processes (an RQ worker plus a
    dispatcher each) deliver and resume N handoffs created and approved as above. Timed
    from the first create until every delivery and resume has finished, with the
@@ -52,6 +56,13 @@ from worker.queues import TaskQueues
 
 RATIO_TARGET = 0.5
 """create+decide throughput over raw SET+GET throughput that the design aims for."""
+QUORUM = 2
+"""Approvals the quorum round's handoffs need."""
+QUORUM_RATIO_TARGET = 0.5
+"""create+decide throughput with ``QUORUM`` approvals over that with one: a handoff needing
+two approvals costs no more than two needing one. It is one create and two approvals
+against two creates and two approvals, each approval a read and a DECIDE either way, so
+anything below 0.5x means a vote costs more than a plain decision."""
 
 TASK_WAIT_TIMEOUT_SECONDS = 30.0
 STOP_TIMEOUT_SECONDS = 15.0
@@ -142,8 +153,16 @@ def run_threads(work: Callable[[int], None], count: int, concurrency: int) -> fl
 # -- the handoffs the benchmark creates -------------------------------------------------
 
 
-def create_handoff(handoffs: Handoffs, i: int, bench_key: str) -> Handoff:
-    """Create a realistic approval: a channel, a reviewer, a resume target and context."""
+def reviewers(approvals_required: int) -> list[str]:
+    """The reviewers of an approval needing ``approvals_required`` people: that many."""
+    return ["U0BENCH", *(f"U0BENCH{n}" for n in range(2, approvals_required + 1))]
+
+
+def create_handoff(
+    handoffs: Handoffs, i: int, bench_key: str, *, approvals_required: int = 1
+) -> Handoff:
+    """Create a realistic approval: a channel, its reviewers (as many as it needs
+    approvals), a resume target and context."""
     return handoffs.request_approval(
         run_id=f"bench-run-{i}",
         thread_id=f"bench-thread-{i}",
@@ -152,16 +171,19 @@ def create_handoff(handoffs: Handoffs, i: int, bench_key: str) -> Handoff:
         description="Refund one of two identical charges",
         context="The customer was charged twice for the same order; refund one charge.",
         channel="C0BENCHAPPROVALS",
-        reviewers=["U0BENCH"],
+        reviewers=reviewers(approvals_required),
+        approvals_required=approvals_required,
         resume=RESUME_TARGET,
         agent_name="bench-agent",
         metadata={METADATA_KEY: bench_key},
     )
 
 
-def approve(handoffs: Handoffs, handoff_id: str) -> None:
-    """Approve as a reviewer clicking the button would."""
-    handoffs.decide(handoff_id, "approved", by="U0BENCH", via="bench")
+def approve(handoffs: Handoffs, handoff_id: str, *, approvals_required: int = 1) -> None:
+    """Approve as reviewers clicking the button would: each of the ``approvals_required``
+    reviewers in turn, the last one deciding."""
+    for reviewer in reviewers(approvals_required):
+        handoffs.decide(handoff_id, "approved", by=reviewer, via="bench")
 
 
 # -- phase 1: create+decide against raw round trips ------------------------------------
@@ -226,13 +248,17 @@ class Measurement:
         return ", ".join(f"{n} {calls[n]:.0f} µs" for n in names if n in calls) or "-"
 
 
-def create_decide_work(redis: Redis, namespace: str) -> Callable[[int], None]:
-    """Work item ``i``: create handoff ``i`` and approve it."""
+def create_decide_work(
+    redis: Redis, namespace: str, *, approvals_required: int = 1
+) -> Callable[[int], None]:
+    """Work item ``i``: create handoff ``i``, needing ``approvals_required`` approvals, and
+    approve it (a vote per approver)."""
     handoffs = Handoffs(redis, namespace=namespace)
     key = common.bench_key(namespace, "phase1")
 
     def create_and_decide(i: int) -> None:
-        approve(handoffs, create_handoff(handoffs, i, key).id)
+        handoff = create_handoff(handoffs, i, key, approvals_required=approvals_required)
+        approve(handoffs, handoff.id, approvals_required=approvals_required)
 
     return create_and_decide
 
@@ -248,11 +274,14 @@ def raw_work(redis: Redis, namespace: str, value: bytes) -> Callable[[int], None
     return set_and_get
 
 
-def request_size(redis: Redis, namespace: str) -> int:
-    """Bytes of one stored request JSON, the size the raw baseline's values get."""
+def request_size(redis: Redis, namespace: str, *, approvals_required: int = 1) -> int:
+    """Bytes of one stored request JSON (the size the raw baseline's values get, for one
+    approval needed)."""
     handoffs = Handoffs(redis, namespace=namespace)
-    handoff = create_handoff(handoffs, 0, common.bench_key(namespace, "size"))
-    return int(redis.hstrlen(handoffs.store.keys.handoff(handoff.id), "request"))
+    key = common.bench_key(namespace, "size")
+    handoff = create_handoff(handoffs, 0, key, approvals_required=approvals_required)
+    (request,) = handoffs.store.stored_fields(handoff.id, "request")
+    return len(request or b"")
 
 
 @dataclass
@@ -260,8 +289,12 @@ class PhaseOne:
     """Figures of the create+decide phase."""
 
     value_bytes: int
+    quorum_value_bytes: int
+    """Bytes of one stored request needing ``QUORUM`` approvals (its reviewers, its quorum)."""
     handoffs: Measurement
     raw: Measurement
+    quorum: Measurement = field(default_factory=Measurement)
+    """create+decide of approvals needing ``QUORUM`` people, alternating with the others."""
     other_concurrencies: dict[int, tuple[float, float]] = field(default_factory=dict)
     """Client threads -> (raw pairs/s, handoffs/s), each the best round at that concurrency."""
 
@@ -270,9 +303,15 @@ class PhaseOne:
         """create+decide handoffs/s over raw SET+GET pairs/s."""
         return self.handoffs.rate / self.raw.rate
 
+    @property
+    def quorum_ratio(self) -> float:
+        """create+decide handoffs/s needing ``QUORUM`` approvals over those needing one."""
+        return self.quorum.rate / self.handoffs.rate
+
 
 def run_phase_one(redis: Redis, tag: str, options: Options) -> PhaseOne:
-    """Alternate the raw baseline and create+decide ``options.rounds`` times; keep the best.
+    """Alternate the raw baseline, create+decide and create+decide needing ``QUORUM``
+    approvals ``options.rounds`` times; keep the best of each.
 
     Each round of handoffs gets a fresh namespace, deleted right after, so later rounds
     do not run against a growing audit stream and indexes.
@@ -280,13 +319,16 @@ def run_phase_one(redis: Redis, tag: str, options: Options) -> PhaseOne:
     warmup = f"{tag}warm"
     try:
         value_bytes = request_size(redis, warmup)
+        quorum_bytes = request_size(redis, warmup, approvals_required=QUORUM)
         value = b"x" * value_bytes
         # Load the Lua scripts and fill the connection pool before anything is timed.
         run_threads(raw_work(redis, warmup, value), options.warmup, options.concurrency)
         run_threads(create_decide_work(redis, warmup), options.warmup, options.concurrency)
+        work = create_decide_work(redis, warmup, approvals_required=QUORUM)
+        run_threads(work, options.warmup, options.concurrency)
     finally:
         common.delete_namespace(redis, warmup)
-    result = PhaseOne(value_bytes, Measurement(), Measurement())
+    result = PhaseOne(value_bytes, quorum_bytes, Measurement(), Measurement())
     for number in range(1, options.rounds + 1):
         namespace = f"{tag}p1r{number}"
         try:
@@ -296,6 +338,13 @@ def run_phase_one(redis: Redis, tag: str, options: Options) -> PhaseOne:
             work = create_decide_work(redis, namespace)
             rate = result.handoffs.run_round(redis, work, options.count, options.concurrency)
             common.progress(f"round {number}: create+decide {rate:,.0f}/s")
+        finally:
+            common.delete_namespace(redis, namespace)
+        namespace = f"{tag}p1q{number}"
+        try:
+            work = create_decide_work(redis, namespace, approvals_required=QUORUM)
+            rate = result.quorum.run_round(redis, work, options.count, options.concurrency)
+            common.progress(f"round {number}: create+decide, quorum {QUORUM}: {rate:,.0f}/s")
         finally:
             common.delete_namespace(redis, namespace)
     for threads in options.other_concurrencies:
@@ -587,6 +636,13 @@ class LifecycleReport:
                     Target(">=", RATIO_TARGET),
                 ),
                 Figure("create+decide, no workers", self.one.handoffs.rate, "/s"),
+                Figure(f"create+decide, quorum {QUORUM}, no workers", self.one.quorum.rate, "/s"),
+                Figure(
+                    f"create+decide, quorum {QUORUM} / quorum 1",
+                    self.one.quorum_ratio,
+                    "x",
+                    Target(">=", QUORUM_RATIO_TARGET),
+                ),
             ]
             figures += [
                 Figure(f"create+decide / raw SET+GET, {_threads(threads)}", made / raw, "x")
@@ -619,32 +675,40 @@ def print_report(server: str, options: Options, one: PhaseOne | None, two: Phase
     )
     if one is not None:
         met = "met" if one.ratio >= RATIO_TARGET else "NOT met"
-        raw, made = one.raw, one.handoffs
+        quorum_met = "met" if one.quorum_ratio >= QUORUM_RATIO_TARGET else "NOT met"
+        raw, made, quorum = one.raw, one.handoffs, one.quorum
         print(f"\ncreate+decide alone, no workers ({options.rounds} alternating rounds)")
         rows = [
-            ("", "raw SET+GET", "create+decide"),
-            ("value / request size", f"{one.value_bytes} B", f"{one.value_bytes} B"),
-            ("throughput, best round", f"{raw.rate:,.0f} pairs/s", f"{made.rate:,.0f} handoffs/s"),
+            ("", "raw SET+GET", "create+decide", f"quorum {QUORUM}"),
             (
-                "client CPU per item",
-                f"{raw.client_cpu_us:,.0f} µs",
-                f"{made.client_cpu_us:,.0f} µs",
+                "value / request size",
+                f"{one.value_bytes} B",
+                f"{one.value_bytes} B",
+                f"{one.quorum_value_bytes} B",
             ),
             (
-                "server CPU per item",
-                f"{raw.server_cpu_us:,.0f} µs",
-                f"{made.server_cpu_us:,.0f} µs",
+                "throughput, best round",
+                f"{raw.rate:,.0f} pairs/s",
+                f"{made.rate:,.0f} handoffs/s",
+                f"{quorum.rate:,.0f} handoffs/s",
             ),
+            ("client CPU per item", *(f"{m.client_cpu_us:,.0f} µs" for m in (raw, made, quorum))),
+            ("server CPU per item", *(f"{m.server_cpu_us:,.0f} µs" for m in (raw, made, quorum))),
             (
                 "server time per call",
                 raw.describe_calls("set", "get"),
                 made.describe_calls("evalsha"),
+                quorum.describe_calls("evalsha"),
             ),
         ]
-        for label, baseline, measured in rows:
-            print(f"  {label:<24}{baseline:>22}{measured:>22}")
+        for label, baseline, measured, needing_two in rows:
+            print(f"  {label:<24}{baseline:>22}{measured:>22}{needing_two:>22}")
         print(
             f"  create+decide / raw SET+GET ratio: {one.ratio:.2f} (target >= {RATIO_TARGET}) {met}"
+        )
+        print(
+            f"  create+decide, quorum {QUORUM} / quorum 1 ratio: {one.quorum_ratio:.2f} "
+            f"(target >= {QUORUM_RATIO_TARGET}) {quorum_met}"
         )
         for threads, (raw_rate, made_rate) in one.other_concurrencies.items():
             print(
@@ -752,7 +816,7 @@ def _delete_run_keys(redis: Redis, tag: str) -> None:
     for namespace in (f"{tag}warm", f"{tag}prof", f"{tag}life"):
         common.delete_namespace(redis, namespace)
     # Round namespaces are deleted as each round ends; this catches an interrupted one.
-    common.unlink_matching(redis, "{" + tag + "p1r*")
+    common.unlink_matching(redis, "{" + tag + "p1*")
     common.delete_queue(redis, f"{tag}life")
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import os
 import sys
 import time
@@ -29,9 +30,28 @@ BENCHMARKS = {
     "memory": "Redis memory per pending handoff",
     "listing": "/handoff list and the App Home with many pending handoffs",
     "langgraph_resume": "a LangGraph resume through the adapter against a direct one",
+    "pydantic_ai_resume": "a Pydantic AI resume through the adapter against a direct one",
+    "agent_framework_resume": (
+        "an Agent Framework agent and workflow resume through the adapter against direct ones"
+    ),
+    "temporal_resume": "a decision delivered to a Temporal workflow: adapter vs execute_update",
+    "crewai_resume": "a CrewAI Flow resume through the adapter against a direct one",
     "api": "create+decide over HTTP against the Python client; 1,000 held ?wait= requests",
+    "post_latency": "request_approval returning -> message posted, idle and under a burst",
+    "peers": "slack-handoff against awaithumans (--quick: our side only, the peer not installed)",
 }
 """Module of ``bench`` -> what it measures, in the order they run."""
+
+SIDE_ENVIRONMENT = {
+    "crewai_resume": (
+        "crewai",
+        "CrewAI is not installed here (it pins mcp 1.x, so it cannot share an environment "
+        "with the mcp extra): run .venv-crewai/bin/python -m bench.crewai_resume (the "
+        "CrewAI tests build .venv-crewai)",
+    ),
+}
+"""Benchmarks of a framework that lives in an environment of its own: skipped, with the
+reason, where its package is not installed."""
 
 
 @dataclass
@@ -42,12 +62,28 @@ class Section:
     seconds: float = 0.0
     figures: list[Figure] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    """What a report says besides its figures (``notes``, optional): a part it skipped and
+    why, a target missed by how much. Printed under the table; not failures."""
+    skipped: str | None = None
+    """Why it did not run (not a problem: its framework is not installed here)."""
+
+
+def skip_reason(name: str) -> str | None:
+    """Why ``bench.<name>`` cannot run in this environment, if it cannot."""
+    package, reason = SIDE_ENVIRONMENT.get(name, (None, ""))
+    if package is not None and importlib.util.find_spec(package) is None:
+        return reason
+    return None
 
 
 def run_benchmark(name: str, server: RedisServer, *, quick: bool, details: bool) -> Section:
     """Run ``bench.<name>`` at the issue's sizes (or its ``QUICK`` ones); an exception
     becomes a problem of its section, so the other benchmarks still run."""
     section = Section(name)
+    if (reason := skip_reason(name)) is not None:
+        section.skipped = reason
+        return section
     started = time.monotonic()
     progress(f"{name}: {BENCHMARKS[name]}")
     try:
@@ -60,6 +96,7 @@ def run_benchmark(name: str, server: RedisServer, *, quick: bool, details: bool)
     else:
         section.figures = report.figures()
         section.problems = list(report.problems)
+        section.notes = list(getattr(report, "notes", []))
         if details:
             report.print_report()
     section.seconds = time.monotonic() - started
@@ -75,12 +112,18 @@ def print_table(sections: list[Section], server: RedisServer, *, quick: bool) ->
     print(f"  {os.cpu_count()} CPUs; load average at the end {load_average()}; {sizes}\n")
     print(f"{'figure':<{width}}{'measured':>14}{'target':>14}   met")
     for section in sections:
+        if section.skipped is not None:
+            print(f"{section.name} (bench/{section.name}.py): skipped: {section.skipped}")
+            continue
         print(f"{section.name} (bench/{section.name}.py, {section.seconds:.0f} s)")
         for figure in section.figures:
             print(
                 f"  {figure.name:<{width - 2}}{figure.shown_value():>14}"
                 f"{figure.shown_target():>14}   {figure.verdict()}"
             )
+    for section in sections:
+        for note in section.notes:
+            print(f"NOTE {section.name}: {note}")
     problems = [(s.name, p) for s in sections for p in s.problems]
     for name, problem in problems:
         print(f"FAIL {name}: {problem}")
@@ -140,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
                 # Imported one after the other first: threads importing the same packages
                 # (rq) at once can deadlock on Python's import locks.
                 for name in names:
-                    importlib.import_module(f"bench.{name}")
+                    if skip_reason(name) is None:
+                        importlib.import_module(f"bench.{name}")
                 with ThreadPoolExecutor(len(names)) as pool:
                     sections = list(pool.map(run_one, names))
             else:

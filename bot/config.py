@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import AliasChoices, Field, field_validator
 
 from bot import defaults
@@ -106,6 +108,16 @@ class Settings(StoreSettings):
         default=defaults.SLASH_COMMAND,
         pattern=r"^/[a-z0-9_-]{1,31}$",
         description="The slash command the bot answers (as declared in manifest.yml).",
+    )
+    log_format: Literal["text", "json"] = Field(
+        default="text",
+        description="How the handoff commands write log lines: text, or one JSON object a "
+        "line (time, level, logger, message, and handoff_id, run_id, event, user when known).",
+    )
+    metrics: bool = Field(
+        default=True,
+        description="Count requests, Slack calls and task attempts for /metrics (serve, api, "
+        "worker --metrics-port); false: nothing is counted and /metrics is not served.",
     )
 
     # The ids are posted to and mentioned, so only ids are taken (store.slack_ids); the

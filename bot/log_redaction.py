@@ -27,8 +27,10 @@ SLACK_TOKEN = re.compile(r"\b(?:xox[abeoprs]|xapp)-[A-Za-z0-9][A-Za-z0-9-]*")
 RESPONSE_URL = re.compile(r"(https://hooks\.slack\.com/)[^\s\"'<>]+")
 """Slack's response URLs and webhooks: whoever has one can post as the app for a while."""
 
-URL_PASSWORD = re.compile(r"(\b[a-z][a-z0-9+.-]*://[^:/@\s]*:)[^@/\s]+@")
-"""The password of a URL with credentials (``redis://user:password@host``)."""
+URL_PASSWORD = re.compile(r"(\b[a-z][a-z0-9+.-]*://[^:/@\s]*:)[^/\s]*@")
+"""The password of a URL with credentials (``redis://user:password@host``): up to the last
+``@`` before the path, as URL parsers (and redis-py) read it, so a password holding an ``@``
+is redacted whole."""
 
 MIN_SECRET_LENGTH = 8
 """Shorter values are not redacted by value (they would hide ordinary words)."""

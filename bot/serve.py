@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from gunicorn import glogging
 from gunicorn.app.base import BaseApplication
 
 from bot.app import create_app
@@ -18,7 +19,10 @@ from bot.http.prefetch import clicked_handoff_read
 from bot.http.replay import ReplayGuard
 from bot.http.wsgi import WSGIApp, make_wsgi_app
 from bot.keys import BotKeys
+from bot.log_format import JsonFormatter
 from store.exceptions import ConfigurationError
+from store.metrics import FigureReader
+from worker import metrics
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +49,12 @@ def build_wsgi_app(settings: Settings) -> WSGIApp:
     store = settings.open_store(redis=redis)
     replay = ReplayGuard(redis, BotKeys(store.keys))
     gate = RequestGate(settings.slack_signing_secret, replay, read_for=clicked_handoff_read(store))
-    return make_wsgi_app(create_app(settings, redis=redis), redis, gate=gate)
+    registry = None
+    if settings.metrics:
+        registry = metrics.exposition_registry(FigureReader(redis, store.keys), process="serve")
+    else:
+        metrics.disable()
+    return make_wsgi_app(create_app(settings, redis=redis), redis, gate=gate, metrics=registry)
 
 
 class _Gunicorn(BaseApplication):  # type: ignore[misc]
@@ -61,11 +70,36 @@ class _Gunicorn(BaseApplication):  # type: ignore[misc]
             self.cfg.set(key, value)
 
     def load(self) -> WSGIApp:
+        from worker.tracing import configure_from_env
+
+        configure_from_env("handoff-serve")  # in each worker process, after the fork
         return build_wsgi_app(self.settings)
 
 
+class _JsonLogs(glogging.Logger):  # type: ignore[misc]
+    """gunicorn's own log lines (a worker booted, timed out...) as JSON, as ours are
+    (``HANDOFF_LOG_FORMAT=json``)."""
+
+    def setup(self, cfg: Any) -> None:
+        super().setup(cfg)
+        for log in (self.error_log, self.access_log):
+            for handler in log.handlers:
+                handler.setFormatter(JsonFormatter())
+
+
 def serve_http(settings: Settings, *, host: str, port: int, workers: int, threads: int) -> None:
-    """Serve ``/slack/events`` with gunicorn (threaded workers)."""
+    """Serve ``/slack/events`` with gunicorn (threaded workers), and ``GET /metrics``: the
+    counts of every worker process (added up in a multiprocess directory made here, before
+    they are forked; ``worker.metrics.MultiprocessDirectory``) and the store's figures."""
+    directory = metrics.MultiprocessDirectory() if settings.metrics else None
+    try:
+        _serve_http(settings, host=host, port=port, workers=workers, threads=threads)
+    finally:
+        if directory is not None:
+            directory.close()
+
+
+def _serve_http(settings: Settings, *, host: str, port: int, workers: int, threads: int) -> None:
     # Fail fast on bad settings, here, rather than in each worker process after the fork.
     create_app(settings, redis=settings.open_redis())
     options = {
@@ -79,6 +113,8 @@ def serve_http(settings: Settings, *, host: str, port: int, workers: int, thread
         "accesslog": None,
         "loglevel": "info",
     }
+    if settings.log_format == "json":
+        options["logger_class"] = _JsonLogs
     _Gunicorn(settings, options).run()
 
 
@@ -86,5 +122,8 @@ def serve_socket_mode(settings: Settings) -> None:
     """Connect to Slack over Socket Mode (no public URL needed)."""
     from slack_bolt.adapter.socket_mode import SocketModeHandler
 
+    from worker.tracing import configure_from_env
+
+    configure_from_env("handoff-serve")
     app = create_app(settings, redis=settings.open_redis())
     SocketModeHandler(app, settings.slack_app_token).start()

@@ -1,14 +1,17 @@
 """The Slack Web API clients: one with retries for rate limits, server errors and resets
 (for jobs' calls that are safe to repeat), twins of it (one for posts, which retries only
 rate limits; one without a token, for Bolt), and a fast one that repeats nothing for the
-calls made while Slack waits for our answer."""
+calls made while Slack waits for our answer. Every one of them counts its calls, its
+retries and their waits (``bot.metrics``)."""
 
 from __future__ import annotations
 
 import copy
 import http.client
 import json
+import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
 from typing import Any
 
@@ -20,10 +23,15 @@ from slack_sdk.http_retry.builtin_handlers import (
     ServerErrorRetryHandler,
 )
 from slack_sdk.http_retry.handler import RetryHandler
+from slack_sdk.http_retry.request import HttpRequest
+from slack_sdk.http_retry.response import HttpResponse
+from slack_sdk.http_retry.state import RetryState
 from slack_sdk.webhook import WebhookClient, WebhookResponse
 
-from bot import defaults
+from bot import defaults, metrics
 from bot.config import Settings
+
+logger = logging.getLogger(__name__)
 
 AMBIGUOUS_ERRORS: tuple[type[Exception], ...] = (
     OSError,  # TimeoutError, ConnectionResetError, urllib's URLError
@@ -34,6 +42,54 @@ AMBIGUOUS_ERRORS: tuple[type[Exception], ...] = (
 may have been made; a read may be repeated). slack_sdk raises ``SlackApiError`` for an answer
 that was no JSON (a truncated ``ok: true``, a proxy's page): see
 ``bot.delivery.slack_errors.maybe_carried_out``."""
+
+
+class MeteredWebClient(WebClient):
+    """A ``WebClient`` that counts each call by method and how it ended (``bot.metrics``):
+    every client built here is one."""
+
+    def api_call(self, api_method: str, **kwargs: Any) -> Any:  # type: ignore[override]
+        try:
+            response = super().api_call(api_method, **kwargs)
+        except Exception as exc:
+            metrics.count_api_call(api_method, exc)
+            raise
+        metrics.count_api_call(api_method, None)
+        return response
+
+
+class _CountedRetries(RetryHandler):
+    """Counts each retry a handler makes, with the time it slept first (mixed into
+    slack_sdk's handlers, so that ``isinstance`` still tells them apart)."""
+
+    def prepare_for_next_attempt(
+        self,
+        *,
+        state: RetryState,
+        request: HttpRequest,
+        response: HttpResponse | None = None,
+        error: Exception | None = None,
+    ) -> None:
+        started = time.monotonic()
+        try:
+            super().prepare_for_next_attempt(
+                state=state, request=request, response=response, error=error
+            )
+        finally:
+            status = response.status_code if response is not None else None
+            metrics.count_retry(request.url, status, time.monotonic() - started)
+
+
+class RateLimitRetries(_CountedRetries, RateLimitErrorRetryHandler):
+    """Retries after a 429, once its ``Retry-After`` is slept out (counted)."""
+
+
+class ServerErrorRetries(_CountedRetries, ServerErrorRetryHandler):
+    """Retries after a 5xx (counted)."""
+
+
+class ConnectionErrorRetries(_CountedRetries, ConnectionErrorRetryHandler):
+    """Retries after a reset connection (counted)."""
 
 
 def make_web_client(
@@ -49,12 +105,12 @@ def make_web_client(
     ``HANDOFF_SLACK_TIMEOUT_SECONDS``.
     """
     handlers: list[RetryHandler] = [
-        ConnectionErrorRetryHandler(max_retry_count=2),
-        ServerErrorRetryHandler(max_retry_count=2),
+        ConnectionErrorRetries(max_retry_count=2),
+        ServerErrorRetries(max_retry_count=2),
     ]
     if retry_rate_limits:
-        handlers.append(RateLimitErrorRetryHandler(max_retry_count=3))
-    return WebClient(
+        handlers.append(RateLimitRetries(max_retry_count=3))
+    return MeteredWebClient(
         token=settings.slack_bot_token,
         base_url=settings.slack_api_url,
         # slack_sdk annotates an int, and hands it to urllib, which takes float seconds.
@@ -83,6 +139,12 @@ def start_answer_clock(seconds: float) -> None:
     _ANSWER_DEADLINE.set(time.monotonic() + seconds)
 
 
+def stop_answer_clock() -> None:
+    """Calls from now on in this thread (or context) keep their own timeouts only: for a
+    thread done with its request that goes on with other work (tests between requests)."""
+    _ANSWER_DEADLINE.set(None)
+
+
 def _time_left(per_call: float, what: str) -> float:
     """The timeout of the next call: its own, or less when the request's budget is nearly
     spent. Raises ``TimeoutError`` (one of ``AMBIGUOUS_ERRORS``, so callers treat it as Slack
@@ -96,7 +158,7 @@ def _time_left(per_call: float, what: str) -> float:
     return min(per_call, left)
 
 
-class RequestClient(WebClient):
+class RequestClient(MeteredWebClient):
     """A ``WebClient`` whose calls share the request's budget (``start_answer_clock``)."""
 
     def api_call(self, api_method: str, **kwargs: Any) -> Any:  # type: ignore[override]
@@ -106,7 +168,7 @@ class RequestClient(WebClient):
         # A copy with the shorter timeout: the client is shared by the request's threads.
         clone = copy.copy(self)
         clone.timeout = timeout  # type: ignore[assignment]
-        return WebClient.api_call(clone, api_method, **kwargs)
+        return MeteredWebClient.api_call(clone, api_method, **kwargs)
 
 
 class TimelyRespond(Respond):
@@ -115,20 +177,45 @@ class TimelyRespond(Respond):
     deadline. Takes what the listeners pass: text (or a whole message), blocks and the
     message options."""
 
-    def __call__(self, text: str | dict[str, Any] = "", **options: Any) -> WebhookResponse:  # type: ignore[override]
+    def __call__(self, text: str | dict[str, Any] = "", **options: Any) -> WebhookResponse | None:  # type: ignore[override]
         if self.response_url is None:
             raise ValueError("respond is unsupported here as there is no response_url")
         message: dict[str, Any] = dict(text) if isinstance(text, dict) else {"text": text}
         for name, value in options.items():
             if value is not None:
                 message[name] = [_as_dict(b) for b in value] if name == "blocks" else value
+        try:
+            timeout = _time_left(defaults.SLACK_REQUEST_TIMEOUT_SECONDS, "the response_url")
+        except TimeoutError:
+            # No time left to post it before Slack's answer is due (a loaded process). A
+            # response_url takes posts for 30 minutes, so the reply (a loser told who won,
+            # say) goes out in the background once the request is answered, rather than
+            # never: a courtesy, lost only if the process stops first.
+            _LATE_REPLIES.submit(self._send_late, message)
+            return None
+        client = WebhookClient(
+            url=self.response_url, proxy=self.proxy, ssl=self.ssl, timeout=timeout
+        )
+        return client.send_dict(message)
+
+    def _send_late(self, message: dict[str, Any]) -> None:
+        assert self.response_url is not None
         client = WebhookClient(
             url=self.response_url,
             proxy=self.proxy,
             ssl=self.ssl,
-            timeout=_time_left(defaults.SLACK_REQUEST_TIMEOUT_SECONDS, "the response_url"),  # type: ignore[arg-type]
+            timeout=LATE_REPLY_TIMEOUT_SECONDS,
         )
-        return client.send_dict(message)
+        try:
+            client.send_dict(message)
+        except Exception:  # a courtesy reply; what the request did already stands
+            logger.exception("late reply to a response_url failed")
+
+
+LATE_REPLY_TIMEOUT_SECONDS = 10
+"""A late reply's own timeout: no answer to Slack waits on it."""
+_LATE_REPLIES = ThreadPoolExecutor(max_workers=4, thread_name_prefix="late-respond")
+"""Posts the replies a request had no time left for (``TimelyRespond``)."""
 
 
 def _as_dict(block: Any) -> Any:
@@ -184,10 +271,10 @@ def patient_twin(client: WebClient) -> WebClient:
         client,
         token=client.token,
         retry_handlers=[
-            ConnectionErrorRetryHandler(max_retry_count=2),
-            RateLimitErrorRetryHandler(max_retry_count=1),
+            ConnectionErrorRetries(max_retry_count=2),
+            RateLimitRetries(max_retry_count=1),
         ],
-        cls=WebClient,  # not a request's: it has time
+        cls=MeteredWebClient,  # not a request's: it has time
     )
     twin.timeout = defaults.SLACK_TIMEOUT_SECONDS
     return twin
@@ -204,6 +291,15 @@ def on_the_clock(client: WebClient) -> WebClient:
     )
 
 
+def metered(client: WebClient) -> WebClient:
+    """``client``, or a twin of it (same token, URL, timeout and retries) whose calls are
+    counted: for the plain client Bolt makes for each request, used before
+    ``on_the_clock`` replaces it (by ``authorize``)."""
+    if isinstance(client, MeteredWebClient):
+        return client
+    return _twin(client, token=client.token, retry_handlers=list(client.retry_handlers))
+
+
 def tokenless(client: WebClient) -> WebClient:
     """A twin of ``client`` without its token, for a Bolt app whose ``authorize`` hands
     each request the token (Bolt copies the app's client for every request)."""
@@ -217,8 +313,11 @@ def _twin(
     retry_handlers: list[RetryHandler],
     cls: type[WebClient] | None = None,
 ) -> WebClient:
-    # Of the same class by default: a request client's twin keeps sharing its budget.
-    return (cls or type(client))(
+    # Of the same class by default: a request client's twin keeps sharing its budget (and
+    # a plain client's, one Bolt made, is counted too).
+    if cls is None:
+        cls = type(client) if isinstance(client, MeteredWebClient) else MeteredWebClient
+    return cls(
         token=token,
         base_url=client.base_url,
         timeout=client.timeout,

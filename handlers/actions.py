@@ -16,6 +16,7 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
 from bot.blockkit import ids, modals
+from bot.blockkit.message import vote_recorded_text
 from bot.http.prefetch import prefetched_in
 from bot.mrkdwn import mention
 from bot.slack_client import AMBIGUOUS_ERRORS
@@ -24,6 +25,7 @@ from handlers.deps import deps_of
 from handlers.modal_metadata import ModalOrigin, seal
 from handlers.origin import origin_of
 from store.exceptions import AlreadyDecided, ClaimedByOther, HandoffNotFound
+from store.ids import parse_decision_value
 from store.models import Handoff
 
 logger = logging.getLogger(__name__)
@@ -55,9 +57,12 @@ def approve(ack: Ack, body: dict[str, Any], respond: Respond, context: dict[str,
         channel=_channel(body),
         origin=origin_of(body),
         prefetched=prefetched_in(context),
+        seen_digest=_shown_digest(body),
     )
     if isinstance(result, Refusal):
         _tell(respond, result.message)
+    elif result.is_pending:  # a vote, counted; the message shows the new count
+        _tell(respond, vote_recorded_text(result))
 
 
 def claim(ack: Ack, body: dict[str, Any], respond: Respond, context: dict[str, Any]) -> None:
@@ -150,8 +155,9 @@ def _opens(
             )
             return
         view = render(loaded)
-        # Remember where the modal was opened: it matters for who may decide (escalation).
-        opened = ModalOrigin(loaded.id, origin.decision_channel, user)
+        # Remember where the modal was opened (it matters for who may decide: escalation),
+        # and the arguments it shows: an approval submitted from it is of those.
+        opened = ModalOrigin(loaded.id, origin.decision_channel, user, loaded.current_digest)
         view["private_metadata"] = seal(deps_of(context).modal_key, opened)
         _open_modal(client, body, respond, view)
 
@@ -200,6 +206,14 @@ def _channel(body: dict[str, Any]) -> str | None:
 
 
 def _handoff_id(body: dict[str, Any]) -> str | None:
+    return _button_value(body)[0]
+
+
+def _shown_digest(body: dict[str, Any]) -> str | None:
+    """The digest of the arguments the clicked button's message showed (approvals)."""
+    return _button_value(body)[1]
+
+
+def _button_value(body: dict[str, Any]) -> tuple[str | None, str | None]:
     actions = body.get("actions") or [{}]
-    value = actions[0].get("value")
-    return str(value) if value else None
+    return parse_decision_value(actions[0].get("value"))

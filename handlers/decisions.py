@@ -20,12 +20,18 @@ from handlers.deps import HandlerDeps
 from handlers.origin import Origin, shows_handoff
 from store.exceptions import (
     AlreadyDecided,
+    AlreadyVoted,
+    ArgumentsChanged,
     ClaimedByOther,
     ClaimRequired,
+    HandoffError,
     HandoffNotFound,
     InvalidDecision,
+    RequesterMayNotVote,
+    TooManyVotes,
 )
 from store.models import Handoff, TaskState
+from worker.tracing import set_attributes, span
 
 logger = logging.getLogger(__name__)
 
@@ -182,18 +188,40 @@ def decide_as(
     if isinstance(loaded, Refusal):
         return loaded
     try:
-        return deps.store.decide(
-            loaded.id,
-            outcome,
-            decided_by=user_id,
-            via=via,
-            current=loaded,
-            # HANDOFF_ADMINS may decide anything, a claimed escalation too.
-            respect_claim=not deps.reviewers.admins.may_decide_anything(user_id),
-            **decision,
-        )
+        # In the agent's trace (worker.tracing): the person's part, between post and resume.
+        attributes = {"handoff.id": loaded.id, "handoff.run_id": loaded.run_id, "handoff.via": via}
+        with span("handoff.decide", loaded.trace_context, attributes, refusals=(HandoffError,)):
+            decided = deps.store.decide(
+                loaded.id,
+                outcome,
+                decided_by=user_id,
+                via=via,
+                current=loaded,
+                # HANDOFF_ADMINS may decide anything, a claimed escalation too.
+                respect_claim=not deps.reviewers.admins.may_decide_anything(user_id),
+                **decision,
+            )
+            set_attributes({"handoff.status": decided.status.value})
+            return decided
     except AlreadyDecided:
         return Refusal(already_decided_text(deps.store.get(loaded.id)))
+    except AlreadyVoted as exc:
+        return Refusal(
+            f"You already voted on this request ({exc.outcome}); each person votes once. "
+            "It is decided when enough others have voted."
+        )
+    except ArgumentsChanged:
+        return Refusal(
+            "The arguments were edited since you opened this request, so your approval was "
+            "not counted: look at the new arguments on the message, then decide again."
+        )
+    except TooManyVotes:
+        return Refusal(
+            "This request has taken as many votes as it can hold, so yours was not counted: "
+            "ask an admin to decide it."
+        )
+    except RequesterMayNotVote:
+        return Refusal("You asked for this request, so your vote does not count towards it.")
     except ClaimRequired:
         return Refusal("Claim this escalation first, then resolve it.")
     except ClaimedByOther as exc:

@@ -13,6 +13,11 @@ Replies that answer: plain ones, ``thread_broadcast`` ones (also sent to the cha
 ``file_share`` ones with text, whose answer ends with the names of the files attached (the
 agent cannot open them: the app has no ``files:read``). A file with no text answers nothing,
 and the person is told so privately: taking it would close the question with no answer in it.
+
+A question with a typed answer (``answer_schema``) is answered by a reply only when its
+schema is a single text field (the reply is that field). Otherwise a reply answers nothing,
+and the person is told so privately, with a button that opens the Answer form (the message's
+own button, counted from that reply as from ``/handoff show``'s: ``handlers.origin``).
 """
 
 from __future__ import annotations
@@ -26,12 +31,15 @@ from slack_bolt import App
 from slack_sdk import WebClient
 
 from bot import defaults
+from bot.blockkit.message import render_form_needed
 from bot.received_text import mentioned_users, plain_text
 from bot.slack_client import patient_twin
 from handlers.decisions import STORE_DOWN, UNAVAILABLE, Refusal, decide_as, load_for
-from handlers.deps import deps_of
+from handlers.deps import HandlerDeps, deps_of
+from handlers.origin import remember_ephemeral
+from store.answer_schemas import single_text_field
 from store.exceptions import HandoffNotFound
-from store.models import RequestType
+from store.models import Handoff, RequestType
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +95,10 @@ def on_message(
         return
     if handoff.request_type is not RequestType.QUESTION:
         return
+    if _needs_the_form(handoff):
+        if event.get("text") or event.get("files"):
+            _offer_the_form(deps, client, handoff_id, channel, user, thread_ts)
+        return
     raw = event.get("text")
     # Names only for an answer that may be taken: a late reply is refused anyway.
     names = _user_names(client, raw) if handoff.is_pending else {}
@@ -105,6 +117,34 @@ def on_message(
     )
     if isinstance(result, Refusal):
         _reply_privately(client, channel, user, thread_ts, result.message)
+
+
+def _needs_the_form(handoff: Handoff) -> bool:
+    """Does ``handoff`` take a typed answer that a reply in its thread cannot give (anything
+    but a single text field)?"""
+    schema = getattr(handoff.payload, "answer_schema", None)
+    return schema is not None and single_text_field(schema) is None
+
+
+def _offer_the_form(
+    deps: HandlerDeps, client: WebClient, handoff_id: str, channel: str, user: str, thread_ts: str
+) -> None:
+    """Tell ``user``, privately in the thread, that their reply answered nothing and offer
+    the Answer form; or, if they may not answer, why (as a reply that answers would be)."""
+    loaded = load_for(deps, handoff_id, user, via=VIA_THREAD, channel=channel)
+    if isinstance(loaded, Refusal):
+        _reply_privately(client, channel, user, thread_ts, loaded.message)
+        return
+    try:
+        # The button is the message's own; a click counts only from a reply we recorded.
+        remember_ephemeral(deps, user, loaded.id)
+    except STORE_DOWN:
+        logger.exception("store unavailable while offering the answer form")
+        _reply_privately(client, channel, user, thread_ts, UNAVAILABLE)
+        return
+    reply = render_form_needed(loaded)
+    logger.info("thread reply needs the form", extra={"handoff_id": loaded.id, "user": user})
+    _reply_privately(client, channel, user, thread_ts, reply.text, blocks=reply.blocks)
 
 
 def _parent_author(event: dict[str, Any]) -> Any:
@@ -164,19 +204,37 @@ _COURTESY = ThreadPoolExecutor(max_workers=4, thread_name_prefix="thread-reply")
 """Posts the private replies to thread answers once Slack has its answer to the event."""
 
 
-def _reply_privately(client: WebClient, channel: str, user: str, thread_ts: str, text: str) -> None:
-    """Tell ``user`` privately in the thread, after the event is answered.
+def _reply_privately(
+    client: WebClient,
+    channel: str,
+    user: str,
+    thread_ts: str,
+    text: str,
+    *,
+    blocks: list[dict[str, Any]] | None = None,
+) -> None:
+    """Tell ``user`` privately in the thread (``text``, shown as ``blocks`` when given), after
+    the event is answered.
 
     The decision (or refusal) stands already, so the reply need not hold the event's answer
     (Slack's 3 seconds, and the request client's 2 s a call); and a Slack slow to take it
     must not cost the person the reply. So it is posted in the background, with the jobs'
     patience (``bot.slack_client.patient_twin``: resets and a 429 retried); a process that
     stops first loses it, as a courtesy can be."""
-    _COURTESY.submit(_post_privately, patient_twin(client), channel, user, thread_ts, text)
+    _COURTESY.submit(_post_privately, patient_twin(client), channel, user, thread_ts, text, blocks)
 
 
-def _post_privately(client: WebClient, channel: str, user: str, thread_ts: str, text: str) -> None:
+def _post_privately(
+    client: WebClient,
+    channel: str,
+    user: str,
+    thread_ts: str,
+    text: str,
+    blocks: list[dict[str, Any]] | None = None,
+) -> None:
     try:
-        client.chat_postEphemeral(channel=channel, user=user, thread_ts=thread_ts, text=text)
+        client.chat_postEphemeral(
+            channel=channel, user=user, thread_ts=thread_ts, text=text, blocks=blocks
+        )
     except Exception:  # a courtesy reply; the decision (or refusal) already stands
         logger.exception("ephemeral reply failed")

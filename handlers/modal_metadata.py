@@ -30,11 +30,13 @@ _PURPOSE = b"slack-handoff modal metadata v1"
 @dataclass(frozen=True)
 class ModalOrigin:
     """The handoff a modal was opened for, the channel it was opened from (None: the App
-    Home), and the person it was opened for."""
+    Home), the person it was opened for, and for an approval the digest of the arguments
+    it showed (``Handoff.current_digest``)."""
 
     handoff_id: str
     channel: str | None
     user: str
+    digest: str | None = None
 
 
 def metadata_key(secret: str) -> bytes:
@@ -46,6 +48,8 @@ def metadata_key(secret: str) -> bytes:
 def seal(key: bytes | None, origin: ModalOrigin) -> str:
     """``private_metadata`` for a modal opened for ``origin``."""
     fields = {"handoff_id": origin.handoff_id, "channel": origin.channel, "user": origin.user}
+    if origin.digest is not None:
+        fields["digest"] = origin.digest
     if key is not None:
         fields["seal"] = _mac(key, origin)
     return json.dumps(fields)
@@ -63,11 +67,12 @@ def unseal(key: bytes | None, private_metadata: object, *, user: str) -> ModalOr
     if not isinstance(fields, dict):
         return None
     handoff_id, channel, opened_for = (fields.get(k) for k in ("handoff_id", "channel", "user"))
+    digest = fields.get("digest")
     if not isinstance(handoff_id, str) or not isinstance(channel, str | None):
         return None
-    if opened_for != user:
+    if not isinstance(digest, str | None) or opened_for != user:
         return None
-    origin = ModalOrigin(handoff_id, channel, user)
+    origin = ModalOrigin(handoff_id, channel, user, digest)
     if key is not None:
         mac = fields.get("seal")
         if not isinstance(mac, str) or not hmac.compare_digest(
@@ -78,5 +83,8 @@ def unseal(key: bytes | None, private_metadata: object, *, user: str) -> ModalOr
 
 
 def _mac(key: bytes, origin: ModalOrigin) -> str:
-    message = json.dumps([origin.handoff_id, origin.channel, origin.user]).encode()
+    sealed = [origin.handoff_id, origin.channel, origin.user]
+    if origin.digest is not None:  # sealed too (modals opened before it was kept had none)
+        sealed.append(origin.digest)
+    message = json.dumps(sealed).encode()
     return hmac.new(key, message, hashlib.sha256).hexdigest()[:32]

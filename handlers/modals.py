@@ -14,6 +14,8 @@ from typing import Any
 from slack_bolt import Ack, App
 
 from bot.blockkit import ids
+from bot.blockkit.message import vote_recorded_text
+from bot.blockkit.modals import render_notice_modal
 from handlers.decisions import STORE_DOWN, Refusal, decide_as, deny, load_for
 from handlers.deps import HandlerDeps, deps_of
 from handlers.modal_inputs import (
@@ -21,6 +23,7 @@ from handlers.modal_inputs import (
     parse_answer,
     parse_corrected_draft,
     parse_edited_args,
+    parse_typed_answer,
 )
 from handlers.modal_metadata import MAX_METADATA_CHARS, ModalOrigin, unseal
 from store.exceptions import HandoffNotFound
@@ -63,16 +66,30 @@ def submit_edit(
     if parsed.errors:
         ack(response_action="errors", errors=parsed.errors)
         return
+    if loaded.quorum is not None and parsed.args == loaded.current_args:
+        # Nothing changed: a plain approval, which clears nobody's vote.
+        _decide(ack, body, view, context, "approved")
+        return
     _decide(ack, body, view, context, "approved", edited_args=parsed.args)
 
 
 def submit_answer(
     ack: Ack, body: dict[str, Any], view: dict[str, Any], context: dict[str, Any]
 ) -> None:
-    """Answer a question with the typed text or the picked choice."""
+    """Answer a question with the typed text or the picked choice; a typed answer with its
+    fields, each checked on its own input (nothing is decided while one is wrong)."""
     loaded = _load(body, view, context)
     if isinstance(loaded, Refusal):
         _finish(ack, view, loaded)
+        return
+    schema = getattr(loaded.payload, "answer_schema", None)
+    if schema is not None:
+        typed = parse_typed_answer(schema, _values(view))
+        if typed.errors:
+            ack(response_action="errors", errors=typed.errors)
+            return
+        # The store checks it once more and writes its text (resume_data.answer).
+        _decide(ack, body, view, context, "answered", answer_data=typed.data)
         return
     answer = parse_answer(_values(view), getattr(loaded.payload, "choices", None))
     if not answer:
@@ -142,6 +159,8 @@ def _decide(
     if isinstance(opened, Refusal):
         _finish(ack, view, opened)
         return
+    if outcome == "approved" and opened.digest is not None:
+        decision["seen_digest"] = opened.digest
     result = decide_as(
         deps,
         _user(body),
@@ -157,6 +176,12 @@ def _decide(
 def _finish(ack: Ack, view: dict[str, Any], result: object) -> None:
     if isinstance(result, Refusal):
         ack(response_action="errors", errors={_first_input_block(view): _plain(result.message)})
+    elif isinstance(result, Handoff) and result.is_pending:
+        # A vote that did not decide yet: the voter sees it counted, in the modal itself.
+        ack(
+            response_action="update",
+            view=render_notice_modal("Vote recorded", vote_recorded_text(result)),
+        )
     else:
         ack()
 

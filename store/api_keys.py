@@ -20,10 +20,12 @@ from datetime import UTC, datetime, timedelta
 
 from pydantic import BaseModel, Field
 from redis import Redis
+from redis.client import Pipeline
 
 from store import slack_ids
 from store.exceptions import HandoffError
 from store.keys import KeySpace
+from store.lua import ReplicaAcks, confirmed_pipeline
 
 KEY_PREFIX = "hk_"
 """Every API key starts so (a secret scanner can find leaked ones)."""
@@ -79,11 +81,19 @@ def digest(key: str) -> str:
 
 
 class ApiKeys:
-    """The API keys of a namespace."""
+    """The API keys of a namespace.
 
-    def __init__(self, redis: Redis, keys: KeySpace) -> None:
+    ``acks`` (``HANDOFF_MIN_REPLICA_ACKS``, the store's ``config.replica_acks``): a key's
+    creation and revocation wait for that many replicas, as a decision does, so that a
+    failover neither brings back a key its admin was told is revoked nor forgets one that
+    was handed out; ``ReplicasNotConfirmed`` when they do not confirm (try again: both
+    are idempotent as far as the replicas go).
+    """
+
+    def __init__(self, redis: Redis, keys: KeySpace, *, acks: ReplicaAcks | None = None) -> None:
         self.redis = redis
         self.keys = keys
+        self.acks = acks or ReplicaAcks()
 
     def create(
         self,
@@ -125,7 +135,17 @@ class ApiKeys:
                     "handoffs and idempotency keys stay its own); pick another name"
                 )
             raise ApiKeyNameTaken(f"a key named {name!r} exists; pick another name")
-        self.redis.set(self.keys.api_key(hashed), record.model_dump_json())
+        record_key, record_json = self.keys.api_key(hashed), record.model_dump_json()
+        if self.acks.replicas:
+            # The name and the record, confirmed together (WAIT covers every earlier write).
+            confirmed_pipeline(
+                self.redis,
+                self.keys.api_key_names,
+                self.acks,
+                lambda pipe: pipe.set(record_key, record_json),
+            )
+        else:
+            self.redis.set(record_key, record_json)
         return CreatedKey(record=record, key=key)
 
     def authenticate(self, key: str) -> ApiKey | None:
@@ -166,12 +186,28 @@ class ApiKeys:
         hashed = self.redis.hget(self.keys.api_key_names, name)
         if hashed is None or _text(hashed) == REVOKED:
             raise UnknownApiKey(f"no live key named {name!r}; `handoff keys list` shows them")
+        record_key = self.keys.api_key(_text(hashed))
+        if self.acks.replicas:
+            # MULTI and EXEC by hand, so that WAIT follows EXEC on the same connection.
+            def queue(pipe: Pipeline) -> None:
+                pipe.execute_command("MULTI")
+                self._queue_revoke(pipe, name, record_key)
+                pipe.execute_command("EXEC")
+
+            replies = confirmed_pipeline(self.redis, self.keys.api_key_names, self.acks, queue)
+            failed = next((r for r in replies if isinstance(r, Exception)), None)
+            if failed is not None:
+                raise failed
+            return
         pipe = self.redis.pipeline(transaction=True)
+        self._queue_revoke(pipe, name, record_key)
+        pipe.execute()
+
+    def _queue_revoke(self, pipe: Pipeline, name: str, record_key: str) -> None:
         # The name stays taken: handoffs are scoped to their key by name, and a new key of
         # the same name must not inherit them (nor sign their callbacks).
         pipe.hset(self.keys.api_key_names, name, REVOKED)
-        pipe.delete(self.keys.api_key(_text(hashed)))
-        pipe.execute()
+        pipe.delete(record_key)
 
     def take_create(self, record: ApiKey, *, default_per_minute: int) -> float | None:
         """Count one create against the key's per-minute limit: None when allowed, else

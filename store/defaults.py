@@ -32,6 +32,10 @@ DELIVERY_TIMEOUT_SECONDS = 60
 LEASE_GRACE_SECONDS = 5
 """Extra time past a job's timeout before its lease lapses and another attempt may start."""
 
+MAX_VOTES = 100
+"""Votes one handoff keeps (a voter whose vote an edit cleared may vote again): past that, a
+vote is refused and an admin decides; bounds the handoff, and each script run over it."""
+
 MAX_DEFERRALS = 100
 """Times a round of a task may be put off because Slack asked to wait (a rate limit) without
 spending an attempt; past that, each counts as a failed attempt."""
@@ -56,3 +60,21 @@ MAX_REMINDERS = 3
 
 REDIS_WAIT_SECONDS = 60.0
 """How long workers and dispatchers wait for an unreachable Redis before the attempt fails."""
+
+DECISION_SECONDS_BUCKETS = (1, 5, 15, 60, 300, 900, 3600, 14400, 86400, 604800)
+"""Upper bounds (seconds) of the store's histogram of time from creation to decision
+(``handoff_decision_seconds``); a slower decision falls in ``+Inf``."""
+
+FAILED_TASKS_COUNTED = 10_000
+"""Entries of the failed-task set a metrics scrape reads to count them by kind (the set is
+emptied by retries and the retention sweep); beyond them, its size alone is exact."""
+
+REPLICA_ACK_TIMEOUT_SECONDS = 1.0
+"""Longest wait for replicas to confirm a write (``HANDOFF_MIN_REPLICA_ACKS``): well inside
+the 3 s Slack waits for an answer, long past a healthy replica's lag (under a millisecond on
+a LAN)."""
+
+UNCONFIRMED_START_DEFER_SECONDS = 10.0
+"""How long a task's attempt whose start the replicas did not confirm (``HANDOFF_MIN_REPLICA_ACKS``)
+is put off, as a deferral that spends no attempt (up to ``MAX_DEFERRALS`` a round): a replica
+down for minutes must not use up a delivery's attempts and close its handoff undeliverable."""

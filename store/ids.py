@@ -46,3 +46,24 @@ def new_handoff_id(now_ms: int | None = None) -> str:
 def is_handoff_id(value: str) -> bool:
     """True when ``value`` has the shape of a handoff id (it may still be unknown)."""
     return bool(HANDOFF_ID_PATTERN.match(value))
+
+
+DIGEST_MARK = "@"
+"""Between a handoff id and the digest of the arguments a view of it showed (ids never hold
+it)."""
+
+
+def decision_value(handoff_id: str, args_digest: str | None) -> str:
+    """The value of a decision button: the handoff id, and for an approval the digest of the
+    arguments the message shows, so a click on a message older than a voter's edit is not
+    taken as an approval of arguments its clicker never saw."""
+    return f"{handoff_id}{DIGEST_MARK}{args_digest}" if args_digest else handoff_id
+
+
+def parse_decision_value(value: object) -> tuple[str | None, str | None]:
+    """``(handoff id, digest shown)`` of a button's value (the digest None for a button
+    that shows none: other types, messages posted before buttons carried it)."""
+    if not isinstance(value, str) or not value:
+        return None, None
+    handoff_id, mark, digest = value.partition(DIGEST_MARK)
+    return handoff_id or None, (digest or None) if mark else None

@@ -8,8 +8,14 @@ on a cluster. To spread load over several shards, run several namespaces.
 =====================================  ======  ===============================================
 key                                    type    contents
 =====================================  ======  ===============================================
-``{ns}:h:<id>``                        hash    the handoff: request JSON, status, decision,
-                                               delivery and resume progress, message refs
+``{ns}:h:<id>``                        hash    the handoff's short fields: status, decision,
+                                               delivery and resume progress, message refs,
+                                               its policy's name (kept a listpack: below)
+``{ns}:hb:<id>``                       hash    the handoff's body: request JSON, its pending
+                                               index keys (JSON), an approval's args digest
+``{ns}:policies``                      hash    SHA-1 -> a task policy's JSON (attempts,
+                                               timeouts, timers), stored once for every
+                                               handoff naming it
 ``{ns}:audit:<id>``                    list    the handoff's audit events (JSON), oldest first
 ``{ns}:audit``                         stream  every audit event of the namespace (field ``e``)
 ``{ns}:idem:<key>``                    string  handoff id created under an idempotency key
@@ -38,7 +44,21 @@ key                                    type    contents
 ``{ns}:apikey:<sha256>``               string  an API key's record (JSON), by its key's hash
 ``{ns}:apikeys``                       hash    API key name -> its key's hash
 ``{ns}:apirate:<name>:<minute>``       string  creates by a key in one minute (expires)
+``{ns}:metrics``                       hash    store-wide counters for /metrics (see
+                                               ``store.metrics``): created, closed and
+                                               given-up counts, the decision-time histogram
 =====================================  ======  ===============================================
+
+A handoff is two hashes so that the one read and written on every step stays small. Redis
+keeps a hash as a listpack (a few bytes per field) while every value is at most
+``hash-max-listpack-value`` bytes (64 by default) and as a hashtable (about 60 bytes more
+per field) once one is longer; the request JSON alone is hundreds of bytes. So the long
+values live in the body, and the policy, the same JSON for most handoffs, is stored once in
+``{ns}:policies`` and named by ``@<sha1>``. Its own audit trail leaves out its id (the
+key says it). Handoffs written before this layout (0.1.0) hold ``request``, ``indexes``,
+``args_digest`` and the policy's JSON in ``{ns}:h:<id>`` itself, and their trails name
+them; the scripts read either shape (``store.scripts``: ``body_get``, ``policy_json``) and
+move a field to the body when they rewrite it (``tests/test_storage_layout.py``).
 
 Handoff hashes have no TTL: a pending handoff never disappears on its own, and a decided
 one is removed only by the retention sweep once its resume has finished. The sweep removes
@@ -76,6 +96,15 @@ class KeySpace:
     def handoff(self, handoff_id: str) -> str:
         """The handoff's hash."""
         return f"{self.prefix}h:{handoff_id}"
+
+    def handoff_body(self, handoff_id: str) -> str:
+        """The handoff's long fields (request, index keys, args digest); see above."""
+        return f"{self.prefix}hb:{handoff_id}"
+
+    @functools.cached_property
+    def policies(self) -> str:
+        """Task policies' JSON by SHA-1, each stored once."""
+        return f"{self.prefix}policies"
 
     def audit(self, handoff_id: str) -> str:
         """The handoff's own audit list."""
@@ -172,6 +201,11 @@ class KeySpace:
     def api_key_names(self) -> str:
         """API key names -> the hash of each key."""
         return f"{self.prefix}apikeys"
+
+    @functools.cached_property
+    def metrics(self) -> str:
+        """Store-wide counters read by the metrics collectors (``store.metrics``)."""
+        return f"{self.prefix}metrics"
 
     def api_rate(self, name: str, minute: int) -> str:
         """How many handoffs the key ``name`` created in one minute (since the epoch)."""

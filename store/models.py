@@ -19,8 +19,11 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from store import slack_ids
+from store.answer_schemas import answer_schema_problem
 from store.arg_schemas import schema_problem
+from store.canonical import action_digest
 from store.decoding import json_value_problem, well_formed
+from store.trace_context import trace_context_problem
 
 
 class RequestType(StrEnum):
@@ -92,11 +95,25 @@ class ProposedAction(_Strict):
     description: str | None = None
 
 
+MAX_QUORUM = 25
+"""Most approvals (or rejections) a handoff may need: more people than fit one message."""
+
+
 class ApprovalPayload(_Strict):
-    """May the agent perform ``action``?"""
+    """May the agent perform ``action``? Decided by ``approvals_required`` approvals from
+    distinct eligible people (the requester never counts), or by ``rejections_required``
+    rejections (the default 1: the first rejection is a veto)."""
 
     kind: Literal["approval"] = "approval"
     action: ProposedAction
+    # Left out when 1 (most approvals): nothing stored or shown for the usual case.
+    # Strict: true, 1.0 or "2" is no count of people (pydantic would take them as 1 and 2).
+    approvals_required: int = Field(
+        default=1, ge=1, le=MAX_QUORUM, strict=True, exclude_if=lambda n: n == 1
+    )
+    rejections_required: int = Field(
+        default=1, ge=1, le=MAX_QUORUM, strict=True, exclude_if=lambda n: n == 1
+    )
 
 
 class QuestionPayload(_Strict):
@@ -105,6 +122,9 @@ class QuestionPayload(_Strict):
     kind: Literal["question"] = "question"
     question: str = Field(min_length=1)
     choices: list[str] | None = None
+    answer_schema: dict[str, Any] | None = None
+    """A typed answer: the JSON Schema of a flat object whose fields the person fills in
+    (``store.answer_schemas``); the decision carries it in ``resume_data.answer_data``."""
 
 
 class CorrectionPayload(_Strict):
@@ -147,6 +167,16 @@ ChannelId = Annotated[str, _slack_id(slack_ids.DESTINATION)]
 """Where a handoff is posted: a conversation id, or a person's id for their DM."""
 ReviewerId = Annotated[str, _slack_id(slack_ids.REVIEWER)]
 EscalationTarget = Annotated[str, _slack_id(slack_ids.ESCALATION_TARGET)]
+
+
+def _check_trace_context(value: dict[str, str]) -> dict[str, str]:
+    if problem := trace_context_problem(value):
+        raise PydanticCustomError("trace_context", "{problem}", {"problem": problem})
+    return value
+
+
+TraceContext = Annotated[dict[str, str], AfterValidator(_check_trace_context)]
+"""A W3C Trace Context: ``traceparent`` and optionally ``tracestate`` (store.trace_context)."""
 
 
 MAX_WAIT_SECONDS = 10 * 366 * 86400
@@ -192,6 +222,13 @@ class HandoffRequest(_Strict):
     api_key: str | None = Field(default=None, max_length=64)
     """The name of the HTTP API key that created the handoff (None: Python code)."""
     callback: Callback | None = None
+    requester_may_approve: bool | None = None
+    """Whether the requester may decide it themselves, as a routing policy's rule set it
+    (store.policies); None: the bot's HANDOFF_BLOCK_SELF_APPROVAL decides."""
+    trace_context: TraceContext | None = None
+    """The agent's trace when it created the handoff (W3C ``traceparent``, ``tracestate``),
+    taken by the client or from the API's headers: the handoff's delivery, decision and
+    resume continue it (``worker.tracing``)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -210,6 +247,16 @@ class HandoffRequest(_Strict):
         schema = getattr(getattr(self.payload, "action", None), "args_schema", None)
         if schema is not None and (problem := schema_problem(schema)):
             raise ValueError(f"payload.action.args_schema: {problem}")
+        answer_schema = getattr(self.payload, "answer_schema", None)
+        if answer_schema is not None:
+            # Checked here, not on the payload: a stored question is read whatever it holds.
+            if problem := answer_schema_problem(answer_schema):
+                raise ValueError(f"payload.{problem}")
+            if getattr(self.payload, "choices", None):
+                raise ValueError(
+                    "payload: give choices or an answer_schema, not both (an enum field "
+                    "offers choices in a typed answer)"
+                )
         return self
 
     @model_validator(mode="after")
@@ -222,6 +269,32 @@ class HandoffRequest(_Strict):
         return self
 
 
+class Vote(BaseModel):
+    """One person's approve or reject on an approval that needs several people."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    by: str
+    outcome: Literal["approved", "rejected"]
+    at: datetime
+    comment: str | None = None
+    edited_args: dict[str, Any] | None = None
+    """The arguments this voter proposed (their approval is for these)."""
+    cleared: bool = False
+    """An approval of arguments a later voter's edit replaced: it no longer counts."""
+    via: str | None = None
+    """The surface the vote came through (``slack_button``, ``api:<key name>``...)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _stored_args(cls, data: Any) -> Any:
+        # The store keeps a voter's edited arguments as a JSON string (so that its scripts
+        # never re-encode, and round, the numbers in them).
+        if isinstance(data, dict) and isinstance(data.get("args"), str):
+            data = {**data, "edited_args": json.loads(data["args"])}
+        return data
+
+
 class ResumeData(_Strict):
     """The decision handed back to the agent's run."""
 
@@ -232,8 +305,19 @@ class ResumeData(_Strict):
     via: str = "api"
     comment: str | None = None
     answer: str | None = None
+    answer_data: dict[str, Any] | None = None
+    """A typed answer to a question with an ``answer_schema``: the object that fits it
+    (``answer`` holds it as text)."""
     edited_args: dict[str, Any] | None = None
     corrected_draft: str | None = None
+    approvers: list[str] | None = None
+    """Everyone whose approval counted, for an approval that needed several."""
+    action_digest: str | None = None
+    """For an approval approved: ``sha256:`` of the RFC 8785 JSON of the action's name and
+    the arguments approved (``store.canonical.action_digest``); whoever executes it checks
+    that what they run has this digest."""
+    votes: list[Vote] | None = None
+    """Every vote cast on an approval that needed several people, in order."""
 
     @model_validator(mode="before")
     @classmethod
@@ -347,12 +431,69 @@ class Handoff(BaseModel):
     api_key: str | None = None
     """The name of the HTTP API key that created it; None: created by Python code."""
     callback: Callback | None = None
+    redelivered_from: str | None = None
+    """The ``undeliverable`` handoff this one asks again (``HandoffStore.redeliver``)."""
+    requester_may_approve: bool | None = None
+    """As the request's: set by a routing policy's rule; None: the bot's setting decides."""
     version: int = 0
+    votes: list[Vote] = Field(default_factory=list)
+    """The votes cast so far on an approval that needs several people."""
+    proposed_args: dict[str, Any] | None = None
+    """The arguments a voter's edit proposed (None: the agent's): what the votes are for."""
+    trace_context: dict[str, str] | None = None
+    """The agent's W3C Trace Context when it created the handoff (see ``HandoffRequest``)."""
 
     @property
     def is_pending(self) -> bool:
         """True while nobody has decided, cancelled or expired the handoff."""
         return self.status is Status.PENDING
+
+    @property
+    def quorum(self) -> tuple[int, int] | None:
+        """(approvals, rejections) needed, for an approval that needs more than one
+        decision; None when one decision decides."""
+        payload = self.payload
+        if not isinstance(payload, ApprovalPayload):
+            return None
+        needed = (payload.approvals_required, payload.rejections_required)
+        return None if needed == (1, 1) else needed
+
+    @property
+    def current_args(self) -> dict[str, Any]:
+        """The arguments up for approval: the latest voter's edit, else the agent's (empty
+        for a handoff that is no approval)."""
+        if self.proposed_args is not None:
+            return self.proposed_args
+        action = getattr(self.payload, "action", None)
+        return dict(action.args) if action is not None else {}
+
+    @property
+    def current_digest(self) -> str | None:
+        """The digest of the action up for approval with ``current_args``
+        (``store.canonical.action_digest``), what a view of it shows; None for other
+        requests."""
+        action = getattr(self.payload, "action", None)
+        if action is None:
+            return None
+        return action_digest(action.name, self.current_args)
+
+    @property
+    def approved_args(self) -> dict[str, Any]:
+        """The arguments an approved approval may run with: the agent's, with the
+        reviewers' edits laid over them."""
+        edited = self.resume_data.edited_args if self.resume_data else None
+        action = getattr(self.payload, "action", None)
+        original = dict(action.args) if action is not None else {}
+        return {**original, **edited} if edited else original
+
+    def live_votes(self, outcome: str) -> list[Vote]:
+        """The votes for ``outcome`` that still count."""
+        return [v for v in self.votes if v.outcome == outcome and not v.cleared]
+
+    def vote_of(self, user: str) -> Vote | None:
+        """``user``'s vote that still counts (they may not vote again), or None: the handoff
+        waits for them, if they may decide it."""
+        return next((v for v in self.votes if v.by == user and not v.cleared), None)
 
     def failed_tasks(self) -> list[tuple[TaskKind, TaskProgress]]:
         """Its delivery, resume and message update that gave up, in that order."""
@@ -395,6 +536,8 @@ class Handoff(BaseModel):
                 "metadata": request.metadata,
                 "api_key": request.api_key,
                 "callback": request.callback,
+                "requester_may_approve": request.requester_may_approve,
+                "trace_context": request.trace_context,
                 "created_at": created_at,
                 "expires_at": expires_at,
                 "delivery": delivery,
@@ -414,13 +557,17 @@ class AuditEvent(BaseModel):
     detail: dict[str, Any] = Field(default_factory=dict)
 
     @classmethod
-    def from_json(cls, raw: str | bytes) -> AuditEvent:
-        """Parse an event as written by the Lua scripts (``at`` in epoch milliseconds)."""
+    def from_json(cls, raw: str | bytes, handoff_id: str | None = None) -> AuditEvent:
+        """Parse an event as written by the Lua scripts (``at`` in epoch milliseconds).
+
+        ``handoff_id``: of a handoff's own trail, whose events leave their id out (older
+        ones hold it); the namespace's stream names it in each event.
+        """
         data = json.loads(raw)
         detail = data.get("detail")
         return cls(
             event=data["event"],
-            handoff_id=data["handoff_id"],
+            handoff_id=data.get("handoff_id") or handoff_id,
             at=_ms(data["at"]) or datetime.now(UTC),
             actor=data.get("actor") or "",
             # cjson encodes an empty Lua table as a JSON array.

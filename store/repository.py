@@ -15,24 +15,35 @@ from typing import Any, Literal, NamedTuple
 from pydantic_core import to_json
 from redis import Redis
 from redis.client import Pipeline
+from redis.exceptions import RedisError
 
-from store import defaults, scripts
-from store.decoding import as_text
+from store import answer_schemas, defaults, scripts, slack_ids
+from store.canonical import action_digest
+from store.decoding import as_text, json_value_problem, well_formed
 from store.exceptions import (
     AlreadyDecided,
+    AlreadyVoted,
+    ArgumentsChanged,
     ClaimedByOther,
     ClaimRequired,
     HandoffNotFound,
     IdempotencyConflict,
     InvalidDecision,
     InvalidHandoffRequest,
+    MasterCutOff,
     NotRetryable,
     PayloadTooLarge,
+    ReplicasNotConfirmed,
+    RequesterMayNotVote,
+    TooManyVotes,
 )
+from store.ids import new_handoff_id
 from store.keys import KeySpace
-from store.lua import LuaScript
+from store.lua import LuaScript, ReplicaAcks, confirmed_pipeline
+from store.metrics import via_class
 from store.models import (
     ALLOWED_OUTCOMES,
+    ApprovalPayload,
     AuditEvent,
     Handoff,
     HandoffRequest,
@@ -45,8 +56,13 @@ from store.models import (
     TaskState,
     stored_time,
 )
+from store.policies import Routing, RoutingPolicy
+from store.policies.routing import POLICY_ACTOR_PREFIX
 
 logger = logging.getLogger(__name__)
+
+_SYSTEM_ACTOR = "system"
+"""Who the store records as deciding what nobody decided (expiry, a failed delivery)."""
 
 READ_BATCH = 100
 """Most handoffs read by one script call: a script holds the server for its whole run
@@ -111,6 +127,24 @@ class TaskPolicy:
         """The policy as the scripts read it (JSON, times in milliseconds)."""
         return _policy_json(self)
 
+    @classmethod
+    def from_script_arg(cls, raw: str) -> TaskPolicy:
+        """The policy ``as_script_arg`` gave (as stamped on a handoff at its creation)."""
+        stored = json.loads(raw)
+        return cls(
+            resume_max_attempts=int(stored["resume_max"]),
+            resume_timeout_seconds=stored["resume_timeout_ms"] / 1000,
+            delivery_max_attempts=int(stored["deliver_max"]),
+            delivery_timeout_seconds=stored["deliver_timeout_ms"] / 1000,
+            backoff_seconds=stored["backoff_ms"] / 1000,
+            backoff_max_seconds=stored["backoff_max_ms"] / 1000,
+            lease_grace_seconds=stored["lease_grace_ms"] / 1000,
+            remind_after_seconds=stored["remind_after_ms"] / 1000,
+            max_reminders=int(stored["max_reminders"]),
+            escalate_after_seconds=stored["escalate_after_ms"] / 1000,
+            escalate_to=stored["escalate_to"] or None,
+        )
+
 
 @functools.lru_cache(maxsize=64)
 def _policy_json(policy: TaskPolicy) -> str:
@@ -145,6 +179,12 @@ class StoreConfig:
     empty: any module. Not the store's to enforce (it never imports a target): the worker
     checks each target it resumes against its own (``worker.resume_targets``), and the
     agent's client each one it creates a handoff with."""
+    policy: RoutingPolicy | None = None
+    """The routing policy applied to every new handoff (``HANDOFF_POLICY_FILE``); None:
+    requests are stored as the agent sent them."""
+    replica_acks: ReplicaAcks = field(default_factory=ReplicaAcks)
+    """``HANDOFF_MIN_REPLICA_ACKS``: replicas that must have each write in ``_CONFIRMED``
+    before its caller is told of it (``store.lua.ReplicaAcks``)."""
 
 
 @dataclass(frozen=True)
@@ -198,8 +238,11 @@ class HandoffStore:
         self.redis = redis
         self.config = config or StoreConfig()
         self.keys = KeySpace(self.config.namespace)
+        acks = self.config.replica_acks
         self._scripts: dict[str, LuaScript] = {
-            name: LuaScript(redis, getattr(scripts, name))
+            name: LuaScript(
+                redis, getattr(scripts, name), acks=acks if name in _CONFIRMED else None
+            )
             for name in (
                 "CREATE",
                 "DECIDE",
@@ -212,6 +255,7 @@ class HandoffStore:
                 "PURGE_DECIDED",
                 "RECORD_AUDIT",
                 "REASSIGN",
+                "LINK_REDELIVERY",
                 "TAKE_BUDGET",
                 "READ",
                 "READ_MANY",
@@ -227,11 +271,15 @@ class HandoffStore:
         handoff_id: str,
         actor: str = "agent",
         tasks: TaskPolicy | None = None,
+        routed: bool = True,
     ) -> Created:
         """Store a new pending handoff and queue its delivery, in one atomic step.
 
         With an ``idempotency_key`` already used, returns the handoff created the first time
-        (``created=False``) and writes nothing.
+        (``created=False``) and writes nothing. The configured routing policy
+        (``store.policies``) is applied first; a rule that decides (``auto``) decides the
+        handoff in the same atomic step, as ``policy:<rule name>``; ``routed=False`` skips it
+        (a redelivery's request was routed when it was first created).
         """
         # Unset fields are left out (about 160 bytes of every stored handoff); reading the
         # request back gives them their defaults, None. Values inside the agent's own
@@ -239,33 +287,46 @@ class HandoffStore:
         request_json = request.model_dump_json(exclude_none=True)
         # The whole request holds what the limit counts (its context and payload, and more
         # than the few bytes of nulls the exact count adds), so the exact count is needed
-        # only for a request over the limit.
+        # only for a request over the limit. Checked before routing: the policy's conditions
+        # are never run on a request that is refused anyway (a rule changes neither).
         if len(request_json.encode()) > self.config.max_payload_bytes:
             size = _agent_content_bytes(request)
             if size > self.config.max_payload_bytes:
                 raise PayloadTooLarge(size, self.config.max_payload_bytes)
+        policy_file = self.config.policy if routed else None
+        # ConditionTooCostly (a rule's condition out of budget) refuses it: nothing written.
+        routing = policy_file.route(request) if policy_file is not None else None
+        if routing is not None:
+            request = routing.request
+            request_json = request.model_dump_json(exclude_none=True)
         policy = (tasks or self.config.tasks).for_request(request)
         expires_ms = int(request.expires_in_seconds * 1000) if request.expires_in_seconds else 0
         policy_json = policy.as_script_arg()
-        result = self._scripts["CREATE"](
-            keys=[self.keys.handoff(handoff_id)],
-            args=[
-                self.keys.prefix,
-                handoff_id,
-                request_json,
-                request.idempotency_key or "",
-                expires_ms,
-                to_json(self._pending_indexes(request)),
-                "1" if request.resume_target or request.callback else "0",
-                request.request_type.value,
-                policy_json,
-                actor,
-                request.run_id,
-                request.channel or "",
-            ],
-        )
+        create_args = [
+            self.keys.prefix,
+            handoff_id,
+            request_json,
+            request.idempotency_key or "",
+            expires_ms,
+            to_json(self._pending_indexes(request)),
+            "1" if request.resume_target or request.callback else "0",
+            request.request_type.value,
+            policy_json,
+            actor,
+            request.run_id,
+            request.channel or "",
+            # A rule's decision is the only one: nobody votes on it.
+            "" if routing is not None and routing.auto else _quorum_of(request),
+            _digest_of(request),
+        ]
+        if routing is None:
+            result = self._scripts["CREATE"](keys=[self.keys.handoff(handoff_id)], args=create_args)
+        else:
+            result = self._create_routed(handoff_id, create_args, routing)
         created, stored_id = bool(int(result[0])), as_text(result[1])
-        if created:
+        if created and routing is not None and routing.auto is not None:
+            handoff = self.get(stored_id)
+        elif created:
             # The script returns only what the server decided (times); the rest is ours.
             handoff = Handoff.from_request(
                 stored_id,
@@ -280,7 +341,7 @@ class HandoffStore:
         if created:
             logger.info(
                 "handoff created",
-                extra={"handoff_id": stored_id, "run_id": request.run_id},
+                extra={"handoff_id": stored_id, "run_id": request.run_id, "event": "created"},
             )
         elif stored_id != handoff_id and (
             handoff.run_id != request.run_id or handoff.request_type != request.request_type
@@ -291,6 +352,73 @@ class HandoffStore:
                 "use a new key for a different request"
             )
         return Created(handoff=handoff, created=created)
+
+    def _create_routed(self, handoff_id: str, create_args: list[Any], routing: Routing) -> Any:
+        """CREATE, the ``routed`` audit event naming the rule, and for a rule that decides,
+        DECIDE, in one MULTI/EXEC, so nobody can see or decide the handoff before the rule
+        did. The scripts go by their text (EVAL): a server that lost them fails no part of
+        the transaction. Returns CREATE's reply."""
+        keys = [self.keys.handoff(handoff_id)]
+        acks = self.config.replica_acks
+        if acks.replicas:
+            # MULTI and EXEC by hand, so that WAIT follows EXEC on the same connection.
+            def queue(pipe: Pipeline) -> None:
+                pipe.execute_command("MULTI")
+                self._queue_routed(pipe, handoff_id, keys, create_args, routing)
+                pipe.execute_command("EXEC")
+
+            replies = confirmed_pipeline(self.redis, keys[0], acks, queue)
+            failed = next((r for r in replies if isinstance(r, Exception)), None)
+            if failed is not None:
+                raise failed
+            results = replies[-1]
+            failed = next((r for r in results if isinstance(r, Exception)), None)
+            if failed is not None:
+                raise failed
+            return results[0]
+        pipe = self.redis.pipeline(transaction=True)
+        self._queue_routed(pipe, handoff_id, keys, create_args, routing)
+        return pipe.execute()[0]
+
+    def _queue_routed(
+        self,
+        pipe: Pipeline,
+        handoff_id: str,
+        keys: list[str],
+        create_args: list[Any],
+        routing: Routing,
+    ) -> None:
+        self._scripts["CREATE"].queue_text(pipe, keys=keys, args=create_args)
+        detail = {"rule": routing.rule, "set": routing.changes}
+        if routing.auto is not None:
+            detail["auto"] = routing.auto.value
+        self._scripts["RECORD_AUDIT"].queue_text(
+            pipe,
+            keys=keys,
+            args=[
+                self.keys.prefix,
+                handoff_id,
+                "routed",
+                routing.decided_by,
+                to_json(detail).decode(),
+                _new_operation_id(),
+            ],
+        )
+        if routing.auto is not None:
+            decision = ResumeData(
+                decision_id=_new_decision_id(),
+                outcome=routing.auto,
+                decided_by=routing.decided_by,
+                via="policy",
+                comment=f"decided by the routing policy's rule {routing.rule!r}",
+                action_digest=(
+                    _digest_of(routing.request) or None if routing.auto is Status.APPROVED else None
+                ),
+            )
+            args = self._decide_args(
+                handoff_id, decision, event="decided", resume=True, fitting_types=_ALL_TYPES
+            )
+            self._scripts["DECIDE"].queue_text(pipe, keys=keys, args=args)
 
     def _pending_indexes(self, request: HandoffRequest | Handoff) -> list[str]:
         keys = [
@@ -331,6 +459,35 @@ class HandoffStore:
             raise HandoffNotFound(handoff_id)
         return Handoff.model_validate_json(document)
 
+    def stored_fields(self, handoff_id: str, *names: str) -> list[bytes | None]:
+        """Raw stored fields of a handoff, in either storage shape (``store.keys``): a
+        field of the hash, else of the body; ``policy`` as its JSON (the hash names it)."""
+        with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hmget(self.keys.handoff(handoff_id), *names)
+            pipe.hmget(self.keys.handoff_body(handoff_id), *names)
+            in_hash, in_body = pipe.execute()
+        values: list[bytes | None] = [
+            here if here is not None else there
+            for here, there in zip(in_hash, in_body, strict=True)
+        ]
+        for i, name in enumerate(names):
+            value = values[i]
+            if name == "policy" and value is not None and value.startswith(b"@"):
+                values[i] = self.redis.hget(self.keys.policies, value[1:].decode())
+        return values
+
+    def confirm_replicated(self, handoff_id: str) -> None:
+        """Return once ``HANDOFF_MIN_REPLICA_ACKS`` replicas have every write the master had
+        (the handoff's decision, as just read, among them): what an agent is given must
+        survive a failover as what a reviewer is told does. Raises ``ReplicasNotConfirmed``
+        when they do not confirm in time. Without replica acks, returns at once."""
+        acks = self.config.replica_acks
+        if not acks.replicas:
+            return
+        key = self.keys.handoff(handoff_id)
+        # WAIT after a command on the same connection, on the server holding the handoff.
+        confirmed_pipeline(self.redis, key, acks, lambda pipe: pipe.exists(key))
+
     def get_many(self, handoff_ids: Iterable[str]) -> list[Handoff]:
         """The handoffs that still exist among ``handoff_ids``, in the same order."""
         ids = list(handoff_ids)
@@ -369,7 +526,7 @@ class HandoffStore:
     def audit_trail(self, handoff_id: str) -> list[AuditEvent]:
         """The handoff's audit events, oldest first."""
         return [
-            AuditEvent.from_json(raw)
+            AuditEvent.from_json(raw, handoff_id)
             for raw in self.redis.lrange(self.keys.audit(handoff_id), 0, -1)
         ]
 
@@ -472,6 +629,26 @@ class HandoffStore:
 
     # -- decisions ----------------------------------------------------------------------
 
+    def _storable(self, name: str, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        """``value`` (edited arguments, a typed answer: JSON someone sent) as it can be stored,
+        or ``InvalidDecision`` saying why not: NaN and infinities (stored, they would be null,
+        and an approval would run with what nobody approved), nesting past what a request may
+        hold, more than a request's payload; half an emoji becomes U+FFFD, as in requests."""
+        if value is None:
+            return None
+        if not isinstance(value, dict):
+            raise InvalidDecision(f"{name} must be a JSON object")
+        if problem := json_value_problem(value, depth=1, where=name):
+            raise InvalidDecision(problem)
+        value = well_formed(value)
+        size = len(to_json(value))
+        if size > self.config.max_payload_bytes:
+            raise InvalidDecision(
+                f"{name} is {size} bytes of JSON, over the {self.config.max_payload_bytes}-byte "
+                "limit of a request"
+            )
+        return value
+
     def decide(
         self,
         handoff_id: str,
@@ -481,10 +658,12 @@ class HandoffStore:
         via: str = "api",
         comment: str | None = None,
         answer: str | None = None,
+        answer_data: dict[str, Any] | None = None,
         edited_args: dict[str, Any] | None = None,
         corrected_draft: str | None = None,
         current: Handoff | None = None,
         respect_claim: bool = True,
+        seen_digest: str | None = None,
     ) -> Handoff:
         """Decide a pending handoff, exactly once, in one round trip.
 
@@ -495,7 +674,21 @@ class HandoffStore:
         unless ``respect_claim`` is False (an admin's decision). Pass ``current`` (the
         handoff as just read) to skip reading the decided record back: the result is then
         ``current`` with the decision applied (its delivery/resume progress as it was read).
+        ``seen_digest`` is the digest of the arguments the person was shown
+        (``Handoff.current_digest`` of the view they decided from): an approval of other
+        arguments than those up for approval now is refused (``ArgumentsChanged``); without
+        it, the arguments as read here are the ones approved.
+        A question with an ``answer_schema`` is answered with ``answer_data`` that fits it
+        (``answer`` then defaults to it as text), or, when the schema is one string field,
+        with ``answer`` alone; anything else is ``InvalidDecision``.
         """
+        decided_by = slack_ids.plain_person(decided_by)  # <@U123|ann>, as a person: U123
+        edited_args = self._storable("edited_args", edited_args)
+        answer_data = self._storable("answer_data", answer_data)
+        if _parse_outcome(outcome) is Status.ANSWERED:
+            answer, answer_data = _typed_answer(
+                current or self.get(handoff_id), answer, answer_data
+            )
         decision = ResumeData(
             decision_id=_new_decision_id(),
             outcome=_parse_outcome(outcome),
@@ -503,16 +696,50 @@ class HandoffStore:
             via=via,
             comment=comment,
             answer=answer,
+            answer_data=answer_data,
             edited_args=edited_args,
             corrected_draft=corrected_draft,
         )
         if not decided_by:
             raise InvalidDecision("decided_by is required: say who made the decision")
+        if decided_by.lower() == _SYSTEM_ACTOR or decided_by.lower().startswith(
+            POLICY_ACTOR_PREFIX
+        ):
+            raise InvalidDecision(
+                f"decided_by {decided_by!r} is kept for what the store decides itself (expiry, "
+                "a failed delivery, a routing policy): name the person who decided"
+            )
+        shown_digest, seen_digest = seen_digest, ""
+        if decision.outcome is Status.APPROVED:
+            # Bound to the action: the decision records the digest of what is approved, and
+            # the script refuses it if the arguments were edited since they were read.
+            read = current or self.get(handoff_id)
+            action = getattr(read.payload, "action", None)
+            if action is not None:
+                seen = read.current_args
+                approved = {**seen, **edited_args} if edited_args is not None else seen
+                read_digest = action_digest(action.name, seen)
+                approved_digest = action_digest(action.name, approved)
+                if approved_digest == read_digest:
+                    # An edit that changes nothing (as JSON: 1 and true differ, 1 and 1.0 do
+                    # not) is a plain approval: it clears nobody's vote, and the decision
+                    # says the arguments were not changed.
+                    edited_args = None
+                if shown_digest is not None and shown_digest != read_digest:
+                    raise ArgumentsChanged(handoff_id)
+                seen_digest = read_digest
+                decision = decision.model_copy(
+                    update={
+                        "action_digest": approved_digest,
+                        "edited_args": approved if edited_args is not None else None,
+                    }
+                )
         # The script checks the handoff's type against these, so a misfit costs no extra read.
         fitting = _fitting_types(
             decision.outcome,
             answered=bool(answer and answer.strip()),
             has_answer=answer is not None,
+            has_answer_data=answer_data is not None,
             has_edited_args=edited_args is not None,
             has_corrected_draft=corrected_draft is not None,
         )
@@ -526,6 +753,7 @@ class HandoffStore:
             claim_holder=decided_by if respect_claim else "",
             fitting_types=fitting,
             current=current,
+            seen_digest=seen_digest,
         )
 
     def cancel(
@@ -565,6 +793,42 @@ class HandoffStore:
             fitting_types=_ALL_TYPES,
         )
 
+    def _decide_args(
+        self,
+        handoff_id: str,
+        decision: ResumeData,
+        *,
+        event: str,
+        resume: bool,
+        fitting_types: str,
+        required_claimer: str = "",
+        claim_holder: str = "",
+        reply_document: bool = True,
+        seen_digest: str = "",
+    ) -> list[Any]:
+        """The DECIDE script's arguments (see ``store.scripts.DECIDE``); ``seen_digest``:
+        the digest of the arguments an approval was read with ('' for no check)."""
+        return [
+            self.keys.prefix,
+            handoff_id,
+            decision.outcome.value,
+            # Unset fields (decided_at among them: the script records the time) are
+            # left out; reading the decision back gives them their defaults.
+            decision.model_dump_json(exclude_none=True),
+            decision.decided_by,
+            int(self.config.retention_seconds * 1000),
+            required_claimer,
+            event,
+            "1" if resume else "0",
+            fitting_types,
+            "1" if reply_document else "0",
+            claim_holder,
+            # A quorum's vote keeps the edited arguments exactly as sent (see the script).
+            "" if decision.edited_args is None else to_json(decision.edited_args),
+            seen_digest,
+            via_class(decision.via),
+        ]
+
     def _close(
         self,
         handoff_id: str,
@@ -576,32 +840,51 @@ class HandoffStore:
         required_claimer: str = "",
         claim_holder: str = "",
         current: Handoff | None = None,
+        seen_digest: str = "",
     ) -> Handoff:
         result = self._scripts["DECIDE"](
             keys=[self.keys.handoff(handoff_id)],
-            args=[
-                self.keys.prefix,
+            args=self._decide_args(
                 handoff_id,
-                decision.outcome.value,
-                # Unset fields (decided_at among them: the script records the time) are
-                # left out; reading the decision back gives them their defaults.
-                decision.model_dump_json(exclude_none=True),
-                decision.decided_by,
-                int(self.config.retention_seconds * 1000),
-                required_claimer,
-                event,
-                "1" if resume else "0",
-                fitting_types,
-                "0" if current is not None else "1",
-                claim_holder,
-            ],
+                decision,
+                event=event,
+                resume=resume,
+                fitting_types=fitting_types,
+                required_claimer=required_claimer,
+                claim_holder=claim_holder,
+                reply_document=current is None,
+                seen_digest=seen_digest,
+            ),
         )
         verdict = as_text(result[0])
+        if verdict in ("decided", "vote"):
+            # A vote on a quorum: the handoff as it stands now (pending, for a vote that did
+            # not reach it).
+            if verdict == "decided":
+                logger.info(
+                    "handoff %s",
+                    decision.outcome.value,
+                    extra={"handoff_id": handoff_id, "actor": decision.decided_by, "event": event},
+                )
+            return self.from_document(handoff_id, result[1])
+        if verdict == "requester":
+            raise RequesterMayNotVote(handoff_id, decision.decided_by)
+        if verdict == "full":
+            raise TooManyVotes(handoff_id, int(as_text(result[1])))
+        if verdict == "voted":
+            raise AlreadyVoted(handoff_id, decision.decided_by, as_text(result[1]))
+        if verdict == "changed":
+            raise ArgumentsChanged(handoff_id)
         if verdict == "ok":
             logger.info(
                 "handoff %s",
                 decision.outcome.value,
-                extra={"handoff_id": handoff_id, "actor": decision.decided_by, "via": decision.via},
+                extra={
+                    "handoff_id": handoff_id,
+                    "actor": decision.decided_by,
+                    "via": decision.via,
+                    "event": event,
+                },
             )
             if current is None:
                 return self.from_document(handoff_id, result[1])
@@ -683,6 +966,60 @@ class HandoffStore:
         logger.info("handoff reassigned", extra={"handoff_id": handoff_id, "actor": by})
         return self.from_document(handoff_id, result[1])
 
+    def redeliver(self, handoff_id: str, *, by: str, channel: str | None = None) -> Created:
+        """Ask again, as a new pending handoff, what an ``undeliverable`` handoff asked:
+        the same request (run, thread, type, payload, context, reviewers, resume target,
+        settings), posted in ``channel`` when given (a conversation id or a person's
+        ``U…`` id), else where the old one was routed.
+
+        The old handoff stays closed (its run was resumed with ``undeliverable``); the new
+        one is delivered, decided and resumes the run once more, as any handoff. They are
+        linked: the new one's ``redelivered_from`` names the old one, whose audit trail gets
+        ``redelivered`` naming the new one and ``by``. Redelivering a handoff again returns
+        the handoff its first redelivery created (``created=False``; ``channel`` is then
+        ignored), which is also how a call cut off midway is finished. Raises
+        ``HandoffNotFound``, and ``NotRetryable`` for a handoff that is not undeliverable
+        (nothing is changed then).
+        """
+        old = self.get(handoff_id)
+        if old.status is not Status.UNDELIVERABLE:
+            raise NotRetryable(
+                f"handoff {handoff_id} is {old.status.value}, not undeliverable; only an "
+                "undeliverable handoff is redelivered"
+                + (" (a pending one is moved with reassign)" if old.is_pending else "")
+            )
+        raw_request, raw_policy = self.stored_fields(handoff_id, "request", "policy")
+        if raw_request is None:
+            raise HandoffNotFound(handoff_id)  # purged since the read above
+        stored = json.loads(raw_request)
+        stored.update(
+            channel=channel or old.channel,  # a reassignment's channel, if it had one
+            reviewers=old.reviewers,
+            idempotency_key=redelivery_key(handoff_id),
+        )
+        try:
+            request = HandoffRequest.model_validate(stored)
+        except ValueError as exc:  # a bad channel
+            raise InvalidHandoffRequest(f"cannot redeliver {handoff_id}: {exc}") from exc
+        tasks = TaskPolicy.from_script_arg(as_text(raw_policy)) if raw_policy else None
+        # Not routed again: the old request was routed when it was created, and a channel
+        # given here is the admin's choice, as a reassignment's is.
+        made = self.create(
+            request, handoff_id=new_handoff_id(), actor=by, tasks=tasks, routed=False
+        )
+        # A second script, so that the creation stays CREATE's own: linking is idempotent
+        # (the first link wins), so a call cut off between the two is finished by calling
+        # again, which finds the handoff created under the idempotency key.
+        self._scripts["LINK_REDELIVERY"](
+            keys=[self.keys.handoff(made.handoff.id), self.keys.handoff(handoff_id)],
+            args=[self.keys.prefix, made.handoff.id, handoff_id, by, request.channel or ""],
+        )
+        logger.info(
+            "handoff redelivered",
+            extra={"handoff_id": handoff_id, "actor": by, "new_handoff_id": made.handoff.id},
+        )
+        return Created(handoff=self.get(made.handoff.id), created=made.created)
+
     def claim(self, handoff_id: str, *, claimed_by: str, take_over: bool = False) -> Handoff:
         """Take ownership of a pending escalation before resolving it."""
         result = self._scripts["CLAIM"](
@@ -757,16 +1094,20 @@ class HandoffStore:
         otherwise the reason not to: ``completed``, ``failed``, ``none``, ``busy`` (another
         attempt holds the lease) or ``missing``.
         """
-        result = self._scripts["BEGIN_TASK"](
-            keys=[self.keys.handoff(handoff_id)],
-            args=[
-                self.keys.prefix,
-                handoff_id,
-                kind.value,
-                run_token,
-                int(self.config.retention_seconds * 1000),
-            ],
-        )
+        try:
+            result = self._scripts["BEGIN_TASK"](
+                keys=[self.keys.handoff(handoff_id)],
+                args=[
+                    self.keys.prefix,
+                    handoff_id,
+                    kind.value,
+                    run_token,
+                    int(self.config.retention_seconds * 1000),
+                ],
+            )
+        except ReplicasNotConfirmed as exc:
+            self._give_back(handoff_id, kind, exc)
+            raise
         action = as_text(result[0])
         if action != "run":
             return TaskStart(action=action)
@@ -777,6 +1118,29 @@ class HandoffStore:
             started_at=int(result[3]) / 1000,
             unanswered=PostWindow.from_stored(as_text(result[4])),
         )
+
+    def _give_back(self, handoff_id: str, kind: TaskKind, exc: ReplicasNotConfirmed) -> None:
+        """An attempt began on the master but the replicas did not confirm it (the caller
+        does not run it): put it off as a deferral, which spends no attempt. Left as it
+        was, it would count as an attempt whose worker was lost, and a replica down for a
+        few leases closed a pending handoff ``undeliverable`` (or failed its resume)."""
+        if isinstance(exc, MasterCutOff) or not exc.replies:
+            return  # nothing was written
+        reply = exc.replies[0]
+        if isinstance(reply, Exception) or as_text(reply[0]) != "run":
+            return
+        try:
+            self.finish_task(
+                handoff_id,
+                kind,
+                attempt=int(reply[1]),
+                error=f"not started: {exc}",
+                defer_seconds=defaults.UNCONFIRMED_START_DEFER_SECONDS,
+            )
+        except ReplicasNotConfirmed:
+            pass  # the deferral stands on the master (MasterCutOff: the lease lapses)
+        except RedisError:
+            logger.warning("could not put off the unconfirmed %s of %s", kind.value, handoff_id)
 
     def finish_task(
         self,
@@ -835,7 +1199,8 @@ class HandoffStore:
 
         The delivery of an ``undeliverable`` handoff is not retried (``NotRetryable``): the
         handoff is closed and its run resumed with ``undeliverable``, so a new post would
-        show a request nobody can decide any more; the agent asks again instead."""
+        show a request nobody can decide any more; ``redeliver`` asks again as a new
+        handoff instead."""
         if kind is TaskKind.DELIVER:
             _refuse_redelivery(self.get(handoff_id))
         result = self._scripts["RETRY_TASK"](
@@ -956,6 +1321,10 @@ def decision_problem(request_type: RequestType, decision: ResumeData) -> str | N
         return f"answering a {request_type.value} needs a non-empty answer"
     if decision.answer is not None and outcome is not Status.ANSWERED:
         return f"an answer comes with outcome 'answered', not {outcome.value}"
+    if decision.answer_data is not None and request_type is not RequestType.QUESTION:
+        return "answer_data only applies to questions"
+    if decision.answer_data is not None and outcome is not Status.ANSWERED:
+        return f"answer_data comes with outcome 'answered', not {outcome.value}"
     if decision.edited_args is not None and request_type is not RequestType.APPROVAL:
         return "edited_args only apply to approvals"
     if decision.edited_args is not None and outcome is not Status.APPROVED:
@@ -968,6 +1337,24 @@ def decision_problem(request_type: RequestType, decision: ResumeData) -> str | N
 
 
 _ALL_TYPES = " ".join(t.value for t in RequestType)
+
+_CONFIRMED = frozenset(
+    {
+        "CREATE",
+        "DECIDE",
+        "CLAIM",
+        "REASSIGN",
+        "LINK_REDELIVERY",
+        "RETRY_TASK",
+        "BEGIN_TASK",
+        "FINISH_TASK",
+    }
+)
+"""The scripts whose writes wait for ``HANDOFF_MIN_REPLICA_ACKS`` replicas: those someone
+is told about (a creation returned to an agent; a decision, cancel or expiry acknowledged
+to a person or a caller; a claim, a reassignment, a redelivery, a failed task's retry), and
+a task's start and end, so that a failover neither forgets a resume that ran (and runs it
+again) nor one that began."""
 """What a cancel or an expiry fits: every request type."""
 
 
@@ -977,6 +1364,7 @@ def _fitting_types(
     *,
     answered: bool,
     has_answer: bool,
+    has_answer_data: bool = False,
     has_edited_args: bool,
     has_corrected_draft: bool,
 ) -> str:
@@ -986,6 +1374,7 @@ def _fitting_types(
     probe = ResumeData.model_construct(
         outcome=outcome,
         answer=("x" if answered else " ") if has_answer else None,
+        answer_data={} if has_answer_data else None,
         edited_args={} if has_edited_args else None,
         corrected_draft="" if has_corrected_draft else None,
     )
@@ -1000,6 +1389,66 @@ def _unanswered_verdict(unanswered: PostWindow | Literal["unchanged"] | None) ->
         return "none"
     assert isinstance(unanswered, PostWindow)
     return unanswered.to_stored()
+
+
+def _digest_of(request: HandoffRequest) -> str:
+    """The digest of an approval's action as the agent asked ('' for other requests)."""
+    payload = request.payload
+    if not isinstance(payload, ApprovalPayload):
+        return ""
+    return action_digest(payload.action.name, payload.action.args)
+
+
+def _typed_answer(
+    handoff: Handoff, answer: str | None, answer_data: dict[str, Any] | None
+) -> tuple[str | None, dict[str, Any] | None]:
+    """The answer and typed answer a decision of ``handoff`` records, checked against its
+    question's ``answer_schema`` (``InvalidDecision`` saying what is wrong). Read before the
+    script runs: a handoff's payload never changes, so the check cannot go stale."""
+    schema = getattr(handoff.payload, "answer_schema", None)
+    if schema is None:
+        if answer_data is not None and handoff.request_type is RequestType.QUESTION:
+            raise InvalidDecision("answer_data only applies to a question with an answer_schema")
+        return answer, answer_data  # decision_problem judges the rest
+    given_data = answer_data is not None
+    if answer_data is None:
+        field = answer_schemas.single_text_field(schema)
+        if field is None or not (answer and answer.strip()):
+            names = ", ".join(f.name for f in answer_schemas.answer_fields(schema))
+            raise InvalidDecision(
+                f"this question takes a typed answer: give answer_data, an object of its "
+                f"answer_schema's fields ({names})"
+            )
+        answer_data = {field: answer.strip()}
+    if errors := answer_schemas.answer_errors(schema, answer_data):
+        problems = "; ".join(
+            f"{name}: {message}" if name else message for name, message in errors.items()
+        )
+        raise InvalidDecision(f"answer_data does not fit the answer_schema: {problems}")
+    if not given_data:
+        return answer, answer_data  # one text field: the text is the answer
+    text = answer_schemas.answer_text(schema, answer_data)
+    if answer is not None and answer.strip() != text.strip():
+        # The agent reads either: they must not say two different things.
+        raise InvalidDecision("give answer_data alone: the answer's text is made from it")
+    return text, answer_data
+
+
+def _quorum_of(request: HandoffRequest) -> str:
+    """What the store keeps of an approval that needs more than one person (the CREATE
+    script's quorum argument), or '' when one decision decides."""
+    payload = request.payload
+    if not isinstance(payload, ApprovalPayload):
+        return ""
+    if payload.approvals_required == 1 and payload.rejections_required == 1:
+        return ""
+    return json.dumps(
+        {
+            "n": payload.approvals_required,
+            "r": payload.rejections_required,
+            "requester": request.requester or "",
+        }
+    )
 
 
 def _new_decision_id() -> str:
@@ -1026,6 +1475,12 @@ _RETRYABLE_KINDS = frozenset({TaskKind.DELIVER.value, TaskKind.RESUME.value, Tas
 """The tasks an admin retries (``retry_failed``) and ``failed_handoff_ids`` lists."""
 
 
+def redelivery_key(handoff_id: str) -> str:
+    """The idempotency key of the handoff that redelivers ``handoff_id``: one per old
+    handoff, however often it is redelivered."""
+    return f"redelivery:{handoff_id}"
+
+
 def _refuse_redelivery(handoff: Handoff) -> None:
     """Raise ``NotRetryable`` for the delivery of an ``undeliverable`` handoff."""
     if handoff.status is not Status.UNDELIVERABLE:
@@ -1035,7 +1490,9 @@ def _refuse_redelivery(handoff: Handoff) -> None:
         f"handoff {handoff.id} is undeliverable"
         + (f" ({reason})" if reason else "")
         + ": it is closed and its run was resumed with undeliverable, so it is not posted "
-        "again; fix the channel (unarchive it, invite the bot) and have the agent ask again"
+        "again; redeliver it instead (a new handoff for the same run, in another channel if "
+        "need be), or fix the channel (unarchive it, invite the bot) and have the agent "
+        "ask again"
     )
 
 

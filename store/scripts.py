@@ -14,9 +14,15 @@ its resends: a run remembers what it did under ``{ns}:op:<id>`` for a short whil
 server's clock (``TIME``) so that leases and deadlines never depend on client clocks.
 """
 
-PRELUDE = """
-local P = ARGV[1]
+from store import defaults
 
+PRELUDE = (
+    """
+local P = ARGV[1]
+"""
+    + f"local MAX_VOTES = {defaults.MAX_VOTES}\n"
+    + f"local DECISION_BUCKETS = {{{', '.join(map(str, defaults.DECISION_SECONDS_BUCKETS))}}}\n"
+    + """
 local EVENTS = {
   deliver = {started = 'delivery_started', ok = 'delivered', retry = 'delivery_attempt_failed',
              failed = 'delivery_failed', retry_requested = 'delivery_retry_requested',
@@ -39,16 +45,60 @@ local EVENTS = {
 -- Timers that only make sense while a handoff is pending.
 local PENDING_ONLY = {'remind', 'escalate'}
 
--- A handoff's task policy (attempts, timeouts, backoff, timers) is one JSON field written
--- at creation; decoded at most once per handoff per script run.
+-- The storage layout (see store.keys): a handoff's hash keeps only short fields, so that
+-- Redis keeps it as a compact listpack (which it does while every value is at most
+-- hash-max-listpack-value bytes, 64 by default; one longer value turns the whole hash into
+-- a hashtable, about twice the memory). The long ones live in the handoff's body hash
+-- ({ns}:hb:<id>): the request JSON, the pending index keys and the approved arguments'
+-- digest (BODY_FIELDS). Handoffs written before kept them in the hash itself: reads look
+-- there first (body_get), and a write moves the field to the body (body_set), so both
+-- shapes are read, decided and resumed alike.
+local function body_key(hkey)
+  return P .. 'hb:' .. string.sub(hkey, #P + 3)
+end
+
+local function body_get(hkey, name)
+  return redis.call('HGET', hkey, name) or redis.call('HGET', body_key(hkey), name)
+end
+
+local function body_set(hkey, name, value)
+  redis.call('HDEL', hkey, name)
+  redis.call('HSET', body_key(hkey), name, value)
+end
+
+-- A handoff's task policy (attempts, timeouts, backoff, timers) is one JSON object, the
+-- same for most handoffs of a deployment: it is kept once, in {ns}:policies (SHA-1 of the
+-- JSON -> the JSON), and the hash's 'policy' field names it ('@' and the SHA-1). Handoffs
+-- written before hold the JSON itself, which starts with '{'.
+local function policy_json(stored)
+  if stored and string.sub(stored, 1, 1) == '@' then
+    return redis.call('HGET', P .. 'policies', string.sub(stored, 2)) or '{}'
+  end
+  return stored or '{}'
+end
+
+-- The policy's JSON stored once; what the hash's 'policy' field holds to name it.
+local function intern_policy(json)
+  local digest = redis.sha1hex(json)
+  redis.call('HSETNX', P .. 'policies', digest, json)
+  return '@' .. digest
+end
+
+-- Decoded at most once per handoff per script run.
 local POLICIES = {}
-local function policy(hkey)
+local function policy_of(hkey, stored)
   local t = POLICIES[hkey]
   if not t then
-    t = cjson.decode(redis.call('HGET', hkey, 'policy') or '{}')
+    t = cjson.decode(policy_json(stored))
     POLICIES[hkey] = t
   end
   return t
+end
+
+local function policy(hkey)
+  local t = POLICIES[hkey]
+  if t then return t end
+  return policy_of(hkey, redis.call('HGET', hkey, 'policy'))
 end
 
 local function max_attempts(hkey, k)
@@ -74,14 +124,17 @@ end
 local REPEATABLE = {denied = true, viewed_full = true}
 local TRAIL_KEEPS_REPEATS_UP_TO = 200
 
+-- The handoff's own trail leaves out its id, which its key says (AuditEvent.from_json puts
+-- it back): one copy less per event of every waiting handoff. Older trails hold it.
 local function audit(id, event, actor, at, detail)
-  local entry = cjson.encode({event = event, handoff_id = id, actor = actor, at = at,
-                              detail = detail})
   local trail = P .. 'audit:' .. id
   if not REPEATABLE[event] or redis.call('LLEN', trail) < TRAIL_KEEPS_REPEATS_UP_TO then
-    redis.call('RPUSH', trail, entry)
+    redis.call('RPUSH', trail, cjson.encode({event = event, actor = actor, at = at,
+                                             detail = detail}))
   end
-  redis.call('XADD', P .. 'audit', '*', 'e', entry)
+  redis.call('XADD', P .. 'audit', '*', 'e', cjson.encode({event = event, handoff_id = id,
+                                                          actor = actor, at = at,
+                                                          detail = detail}))
 end
 
 -- A resent call (same operation id) answers what the first run did; see the module text.
@@ -144,7 +197,7 @@ end
 local CLOSE_FIELDS = {'status', 'decision', 'decided_at', 'claimed_by', 'request_type',
                       'expires_at', 'version', 'indexes', 'has_resume', 'policy',
                       'remind_state', 'escalate_state', 'resume_state', 'resume_attempt',
-                      'notify_state', 'notify_attempt'}
+                      'notify_state', 'notify_attempt', 'votes', 'created_at'}
 
 local function read_fields(hkey, names)
   local values = redis.call('HMGET', hkey, unpack(names))
@@ -161,9 +214,11 @@ end
 -- defaults. Times are epoch-millisecond strings, which pydantic reads as UTC datetimes.
 local DOC_TIMES = {{'expires_at', 'expires_at'}, {'claimed_at', 'claimed_at'},
                    {'escalated_at', 'escalated_at'}}
-local DOC_TEXTS = {{'claimed_by', 'claimed_by'}, {'channel', 'channel_override'},
+local DOC_TEXTS = {{'redelivered_from', 'redelivered_from'}, {'claimed_by', 'claimed_by'},
+                   {'channel', 'channel_override'},
                    {'reminders_sent', 'remind_done'}}
-local DOC_JSON = {{'reviewers', 'reviewers_override'}, {'message_refs', 'message_refs'}}
+local DOC_JSON = {{'reviewers', 'reviewers_override'}, {'message_refs', 'message_refs'},
+                  {'votes', 'votes'}, {'proposed_args', 'proposed_args'}}
 local DOC_TASKS = {{'delivery', 'deliver'}, {'resume', 'resume'}, {'notify', 'notify'}}
 
 local function is_set(value)
@@ -203,11 +258,12 @@ local function handoff_document(hkey, id)
     local value = f[pair[2]]
     if value and value ~= '' then state[pair[1]] = value end
   end
-  local escalate_to = cjson.decode(f.policy or '{}').escalate_to
+  local escalate_to = policy_of(hkey, f.policy).escalate_to
   if type(escalate_to) == 'string' and escalate_to ~= '' then state.escalate_to = escalate_to end
   for _, pair in ipairs(DOC_TASKS) do state[pair[1]] = task_progress(f, pair[2]) end
   local encoded = cjson.encode(state)
-  local parts = {open_object(f.request), ',', string.sub(encoded, 2, -2)}
+  local request = f.request or redis.call('HGET', body_key(hkey), 'request')
+  local parts = {open_object(request), ',', string.sub(encoded, 2, -2)}
   -- Fields stored as JSON already go in as they are.
   if f.decision and f.decision ~= '' then
     local decided_at = state.decided_at and cjson.encode(state.decided_at) or 'null'
@@ -226,17 +282,39 @@ local function handoff_document(hkey, id)
   return table.concat(parts)
 end
 
+-- Store-wide counters for /metrics (store.metrics), in one hash: a closing by request type,
+-- status and where it was decided (``via``: a class such as slack, api, expiry), and for a
+-- decision (not a policy's) the time it took, in the histogram's bucket and its sum.
+local function count_closed(f, status, via, event, at)
+  local t = f.request_type or 'unknown'
+  local m = P .. 'metrics'
+  redis.call('HINCRBY', m, 'closed:' .. t .. ':' .. status .. ':' .. via, 1)
+  if event ~= 'decided' or via == 'policy' then return end
+  local ms = math.max(at - tonumber(f.created_at or at), 0)
+  local le = '+Inf'
+  for _, bound in ipairs(DECISION_BUCKETS) do
+    if ms <= bound * 1000 then le = tostring(bound); break end
+  end
+  redis.call('HINCRBY', m, 'decision:' .. t .. ':' .. le, 1)
+  redis.call('HINCRBY', m, 'decision_ms:' .. t, ms)
+end
+
 -- Move a pending handoff to a final status: the decision, its audit event, the index
 -- updates and the resume (outbox entry) commit together. ``f`` holds CLOSE_FIELDS as read
 -- in this script run; the hash gets one HSET and the outbox one ZADD.
 local function close_pending(id, hkey, f, status, decision, actor, event, at, retention_ms,
-                             resume)
-  local t = cjson.decode(f.policy or '{}')
-  POLICIES[hkey] = t
+                             resume, via)
+  local t = policy_of(hkey, f.policy)
   local version = tonumber(f.version or 0) + 1
+  -- The votes a quorum had (expired, cancelled... with some votes cast) go with the
+  -- decision; a decision made by a vote carries them already (decide_by_vote).
+  if f.votes and f.votes ~= '' and not f.votes_included then
+    decision = open_object(decision) .. ',"votes":' .. f.votes .. '}'
+  end
   local set = {'status', status, 'decision', decision, 'decided_at', at, 'version', version}
   local outbox = {}
-  for _, key in ipairs(cjson.decode(f.indexes or '[]')) do
+  local indexes = f.indexes or redis.call('HGET', body_key(hkey), 'indexes')
+  for _, key in ipairs(cjson.decode(indexes or '[]')) do
     redis.call('ZREM', key, id)
   end
   redis.call('ZREM', P .. 'deadlines', id)
@@ -265,6 +343,7 @@ local function close_pending(id, hkey, f, status, decision, actor, event, at, re
   write_plan(hkey, set, outbox)
   redis.call('ZADD', P .. 'retention', at + retention_ms, id)
   audit(id, event, actor, at, {status = status})
+  count_closed(f, status, via or 'other', event, at)
   redis.call('PUBLISH', P .. 'decided:' .. id, status)
   return version
 end
@@ -273,7 +352,8 @@ end
 local function expire_pending(id, hkey, f, at, retention_ms)
   local decision = cjson.encode({decision_id = 'expiry-' .. id, outcome = 'expired',
                                  decided_by = 'system', via = 'expiry'})
-  close_pending(id, hkey, f, 'expired', decision, 'system', 'expired', at, retention_ms, true)
+  close_pending(id, hkey, f, 'expired', decision, 'system', 'expired', at, retention_ms, true,
+                'expiry')
   return decision
 end
 
@@ -298,7 +378,7 @@ local function close_undeliverable(id, hkey, at, reason, retention_ms)
                                  outcome = 'undeliverable', decided_by = 'system',
                                  via = 'delivery', comment = reason})
   close_pending(id, hkey, f, 'undeliverable', decision, 'system', 'undeliverable', at,
-                retention_ms, true)
+                retention_ms, true, 'delivery')
   return true
 end
 
@@ -393,6 +473,7 @@ local function give_up(id, hkey, k, at, attempt, err, permanent, retention_ms)
   end
   redis.call('ZREM', P .. 'outbox', member)
   redis.call('ZADD', P .. 'failed', at, member)
+  redis.call('HINCRBY', P .. 'metrics', 'gave_up:' .. k, 1)
   audit(id, EVENTS[k].failed, 'worker', at, {attempt = attempt, error = err,
                                              permanent = permanent})
   if k == 'deliver' and retention_ms and close_undeliverable(id, hkey, at, err, retention_ms) then
@@ -400,35 +481,128 @@ local function give_up(id, hkey, k, at, attempt, err, permanent, retention_ms)
   end
   return 'failed'
 end
+
+-- A vote on an approval that needs a quorum (its 'quorum' field: {"n": approvals needed,
+-- "r": rejections needed, "requester": who asked, never counted}). Votes are kept in the
+-- 'votes' field as a JSON list of {by, outcome, at, decision_id, comment, args, cleared};
+-- a voter's edited arguments are kept as a JSON *string* ('args'), and the latest proposal
+-- in 'proposed_args' as the JSON the voter sent: cjson would round numbers it re-encodes
+-- (to 14 digits), and arguments are passed on exactly. An approval with edited arguments
+-- clears the approvals before it (they were for other arguments). Returns {'decided',
+-- document} for the vote that reaches the quorum, {'vote', document} for one that does not,
+-- {'requester'} or {'voted', earlier outcome} for a vote that cannot count.
+local function decide_by_vote(id, hkey, f, q, outcome, decision_json, actor, edited, now,
+                              retention_ms, resume, via)
+  local d = cjson.decode(decision_json)
+  local votes = {}
+  if f.votes and f.votes ~= '' then votes = cjson.decode(f.votes) end
+  for _, v in ipairs(votes) do
+    -- Our own call, resent after its reply was lost: it was counted.
+    if v.decision_id == d.decision_id then return {'vote', handoff_document(hkey, id)} end
+  end
+  -- People are compared as Slack compares ids: regardless of case.
+  local who = string.upper(actor)
+  if q.requester and q.requester ~= '' and who == string.upper(q.requester) then
+    return {'requester'}
+  end
+  for _, v in ipairs(votes) do
+    if string.upper(v.by) == who and not v.cleared then return {'voted', v.outcome} end
+  end
+  -- Edits clear votes, and a cleared voter may vote again: bounded, so two voters editing
+  -- in turn cannot grow the handoff (and each script run over it) without end.
+  if #votes >= MAX_VOTES then return {'full', tostring(#votes)} end
+  local vote = {by = actor, outcome = outcome, at = now, decision_id = d.decision_id,
+                via = d.via}
+  if type(d.comment) == 'string' then vote.comment = d.comment end
+  local set = {}
+  if outcome == 'approved' and edited ~= '' then
+    for _, v in ipairs(votes) do
+      -- A cleared vote keeps who, when and how, not the arguments it was for: only the
+      -- proposal up for approval holds them.
+      if v.outcome == 'approved' then v.cleared = true; v.args = nil end
+    end
+    vote.args = edited
+    table.insert(set, 'proposed_args'); table.insert(set, edited)
+    if type(d.action_digest) == 'string' then body_set(hkey, 'args_digest', d.action_digest) end
+  end
+  table.insert(votes, vote)
+  local approvals, rejections, approvers = 0, 0, {}
+  for _, v in ipairs(votes) do
+    if not v.cleared then
+      if v.outcome == 'approved' then
+        approvals = approvals + 1
+        table.insert(approvers, v.by)
+      else
+        rejections = rejections + 1
+      end
+    end
+  end
+  local encoded = cjson.encode(votes)
+  table.insert(set, 'votes'); table.insert(set, encoded)
+  local final = (outcome == 'approved' and approvals >= tonumber(q.n))
+      or (outcome == 'rejected' and rejections >= tonumber(q.r))
+  if not final then
+    table.insert(set, 'version'); table.insert(set, tonumber(f.version or 0) + 1)
+    redis.call('HSET', hkey, unpack(set))
+    -- The message shows the count: updated on every vote.
+    queue_task(hkey, id, 'notify', now)
+    audit(id, 'voted', actor, now, {outcome = outcome, approvals = approvals,
+                                     rejections = rejections, cleared = vote.args ~= nil,
+                                     via = d.via})
+    return {'vote', handoff_document(hkey, id)}
+  end
+  redis.call('HSET', hkey, unpack(set))
+  -- The decision: the deciding voter's, with every vote, the approvers, and the arguments
+  -- approved (the latest proposal, spliced in as sent).
+  d.edited_args = nil
+  if outcome == 'approved' then d.approvers = approvers end
+  local closing = open_object(cjson.encode(d)) .. ',"votes":' .. encoded
+  local proposed = edited ~= '' and edited or redis.call('HGET', hkey, 'proposed_args')
+  if outcome == 'approved' and proposed and proposed ~= '' then
+    closing = closing .. ',"edited_args":' .. proposed
+  end
+  f.votes_included = true
+  close_pending(id, hkey, f, outcome, closing .. '}', actor, 'decided', now, retention_ms,
+                resume, via)
+  return {'decided', handoff_document(hkey, id)}
+end
 """
+)
 
 # KEYS[1] handoff hash.
 # ARGV: prefix, id, request json, idempotency key or '', expires in ms or 0, index keys json,
 #       has resume (1/0), request type, task settings json, actor, run id (for the audit),
-#       route (the request's channel, '' for the default one).
+#       route (the request's channel, '' for the default one), quorum json ('' for none: one
+#       decision decides), an approval's action digest ('' for other requests).
 CREATE = (
     PRELUDE
     + """
 local id, hkey, idem = ARGV[2], KEYS[1], ARGV[4]
-local stored = redis.call('HMGET', hkey, 'request', 'created_at', 'expires_at')
+local stored = redis.call('HMGET', hkey, 'created_at', 'expires_at')
+local stored_request = body_get(hkey, 'request')
 -- The same id with the same request: this call, resent after its reply was lost (ids are
 -- fresh per call). It answers what the first run did: created.
-if stored[1] == ARGV[3] then return {1, id, stored[2], stored[3] or '0'} end
+if stored_request == ARGV[3] then return {1, id, stored[1], stored[2] or '0'} end
 if idem ~= '' then
   local existing = redis.call('GET', P .. 'idem:' .. idem)
   if existing then return {0, existing} end
 end
-if stored[1] then return {0, id} end
+if stored_request then return {0, id} end
 local now = now_ms()
 local expires_at = 0
 if tonumber(ARGV[5]) > 0 then expires_at = now + tonumber(ARGV[5]) end
 local t = cjson.decode(ARGV[9])
 -- Task fields not written here read as state 'none' and attempt 0.
-redis.call('HSET', hkey, 'request', ARGV[3], 'status', 'pending', 'request_type', ARGV[8],
-  'created_at', now, 'expires_at', expires_at, 'indexes', ARGV[6], 'idem_key', idem,
-  'version', 1, 'has_resume', ARGV[7], 'policy', ARGV[9],
+redis.call('HSET', hkey, 'status', 'pending', 'request_type', ARGV[8],
+  'created_at', now, 'expires_at', expires_at, 'idem_key', idem,
+  'version', 1, 'has_resume', ARGV[7], 'policy', intern_policy(ARGV[9]),
   'deliver_state', 'queued', 'deliver_limit', t.deliver_max, 'route', ARGV[12] or '')
 POLICIES[hkey] = t
+-- The long fields go to the body (see body_key).
+local body = {'request', ARGV[3], 'indexes', ARGV[6]}
+if (ARGV[14] or '') ~= '' then table.insert(body, 'args_digest'); table.insert(body, ARGV[14]) end
+redis.call('HSET', body_key(hkey), unpack(body))
+if (ARGV[13] or '') ~= '' then redis.call('HSET', hkey, 'quorum', ARGV[13]) end
 if idem ~= '' then redis.call('SET', P .. 'idem:' .. idem, id) end
 for _, key in ipairs(cjson.decode(ARGV[6])) do redis.call('ZADD', key, 0, id) end
 if expires_at > 0 then redis.call('ZADD', P .. 'deadlines', expires_at, id) end
@@ -441,6 +615,7 @@ if t.escalate_after_ms > 0 and t.escalate_to ~= '' then
   queue_task(hkey, id, 'escalate', now + t.escalate_after_ms)
 end
 audit(id, 'created', ARGV[10], now, {run_id = ARGV[11], request_type = ARGV[8]})
+redis.call('HINCRBY', P .. 'metrics', 'created:' .. ARGV[8], 1)
 return {1, id, now, expires_at}
 """
 )
@@ -449,7 +624,10 @@ return {1, id, now, expires_at}
 # ARGV: prefix, id, new status, decision json, actor, retention ms, claimer an escalation
 #       needs ('' for none), audit event name, resume the run (1/0), request types this
 #       decision fits (space separated), reply mode, who must hold the claim of a claimed
-#       escalation ('' for nobody: an admin, or a cancel or expiry).
+#       escalation ('' for nobody: an admin, or a cancel or expiry), the edited arguments'
+#       JSON ('' for none; what a vote on a quorum keeps), the digest of the arguments an
+#       approval was read with ('' for no check), where it was decided (the class of its
+#       ``via``, ``store.metrics.via_class``: a label of the store's counters).
 DECIDE = (
     PRELUDE
     + """
@@ -477,8 +655,23 @@ if f.request_type == 'escalation' and (ARGV[12] or '') ~= '' and f.claimed_by
     and f.claimed_by ~= '' and f.claimed_by ~= ARGV[12] then
   return {'claim', f.claimed_by}
 end
+-- An approval read with arguments a voter's edit has replaced since is refused: what the
+-- person approved is not what is up for approval.
+if (ARGV[14] or '') ~= '' then
+  local current = body_get(hkey, 'args_digest')
+  if current and current ~= ARGV[14] then return {'changed'} end
+end
+-- A person's decision on an approval that needs a quorum is a vote (an operator's cancel
+-- or expiry closes it at once, as any handoff).
+if ARGV[8] == 'decided' and f.request_type == 'approval' then
+  local quorum = redis.call('HGET', hkey, 'quorum')
+  if quorum then
+    return decide_by_vote(id, hkey, f, cjson.decode(quorum), ARGV[3], ARGV[4], ARGV[5],
+                          ARGV[13] or '', now, tonumber(ARGV[6]), ARGV[9] == '1', ARGV[15])
+  end
+end
 local version = close_pending(id, hkey, f, ARGV[3], ARGV[4], ARGV[5], ARGV[8], now,
-                              tonumber(ARGV[6]), ARGV[9] == '1')
+                              tonumber(ARGV[6]), ARGV[9] == '1', ARGV[15])
 if ARGV[11] == '0' then return {'ok', now, version} end
 return {'ok', handoff_document(hkey, id)}
 """
@@ -772,16 +965,16 @@ for _, id in ipairs(due) do
   if f[1] == 'none' or f[1] == 'completed' or not f[1] or given_up then
     if given_up then
       -- The stream has trimmed its decision and failure by now: this event says them.
-      local g = redis.call('HMGET', hkey, 'status', 'decision', 'request', 'resume_error')
+      local g = redis.call('HMGET', hkey, 'status', 'decision', 'resume_error')
       local okd, decision = pcall(cjson.decode, g[2] or '{}')
-      local okr, request = pcall(cjson.decode, g[3] or '{}')
+      local okr, request = pcall(cjson.decode, body_get(hkey, 'request') or '{}')
       audit(id, 'purged_unresumed', 'system', now, {
         failed_at = tonumber(failed_at), outcome = g[1],
         decided_by = okd and type(decision) == 'table' and decision.decided_by or nil,
         run_id = okr and type(request) == 'table' and request.run_id or nil,
-        error = g[4]})
+        error = g[3]})
     end
-    redis.call('DEL', hkey, P .. 'audit:' .. id)
+    redis.call('DEL', hkey, body_key(hkey), P .. 'audit:' .. id)
     if f[2] and f[2] ~= '' then redis.call('DEL', P .. 'idem:' .. f[2]) end
     -- Every message link goes with it: those of the message refs (the message, escalation
     -- copies, messages moved from). Only links that still name this handoff go.
@@ -829,6 +1022,23 @@ return remember(ARGV[6], {'ok'})
 """
 )
 
+# KEYS[1] the new handoff's hash, KEYS[2] the undeliverable one's.
+# ARGV: prefix, new id, old id, actor, the new handoff's channel ('' for the default).
+# Links a redelivery (``HandoffStore.redeliver``, after CREATE made the new handoff): the
+# first link wins and is audited on the old handoff; a resend or a second redelivery finds
+# it made and writes nothing.
+LINK_REDELIVERY = (
+    PRELUDE
+    + """
+if redis.call('EXISTS', KEYS[1]) == 0 then return {'missing'} end
+if redis.call('HSETNX', KEYS[1], 'redelivered_from', ARGV[3]) == 0 then return {'linked'} end
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  audit(ARGV[3], 'redelivered', ARGV[4], now_ms(), {handoff_id = ARGV[2], channel = ARGV[5]})
+end
+return {'ok'}
+"""
+)
+
 # KEYS[1] handoff hash.
 # ARGV: prefix, id, actor, channel override or '', reviewers override json or '',
 #       new index keys json, operation id.
@@ -841,11 +1051,11 @@ if redis.call('EXISTS', hkey) == 0 then return {'missing'} end
 local h = redis.call('HMGET', hkey, 'status', 'decision', 'decided_at')
 if h[1] ~= 'pending' then return {'already', h[1], h[2] or '', h[3] or ''} end
 local now = now_ms()
-for _, key in ipairs(cjson.decode(redis.call('HGET', hkey, 'indexes') or '[]')) do
+for _, key in ipairs(cjson.decode(body_get(hkey, 'indexes') or '[]')) do
   redis.call('ZREM', key, id)
 end
 for _, key in ipairs(cjson.decode(ARGV[6])) do redis.call('ZADD', key, 0, id) end
-redis.call('HSET', hkey, 'indexes', ARGV[6])
+body_set(hkey, 'indexes', ARGV[6])
 if ARGV[4] ~= '' then redis.call('HSET', hkey, 'channel_override', ARGV[4]) end
 if ARGV[5] ~= '' then redis.call('HSET', hkey, 'reviewers_override', ARGV[5]) end
 redis.call('HINCRBY', hkey, 'version', 1)
@@ -945,3 +1155,27 @@ redis.call('PEXPIRE', KEYS[2], free_at - now + 3600000)
 return free_at - now
 """
 )
+
+# KEYS[1] the metrics hash, KEYS[2] the outbox, KEYS[3] the failed tasks, KEYS[4...] the
+# pending index of each request type.  ARGV: prefix, most failed entries to read.
+# Only reads. Returns {the metrics hash (flat), the pending counts (in KEYS' order), outbox
+# entries, of which due, when the oldest due one was due ('' for none; ms), now (ms), failed
+# tasks, failed tasks by kind (flat) among the first ARGV[2]}.
+STORE_FIGURES = """
+local now = redis.call('TIME')
+now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local pending = {}
+for i = 4, #KEYS do pending[i - 3] = redis.call('ZCARD', KEYS[i]) end
+local oldest = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'WITHSCORES', 'LIMIT', 0, 1)
+local kinds, by_kind = {}, {}
+for _, member in ipairs(redis.call('ZRANGE', KEYS[3], 0, tonumber(ARGV[2]) - 1)) do
+  local k = string.match(member, '^([^:]+):') or '?'
+  if not kinds[k] then kinds[k] = 0; table.insert(by_kind, k) end
+  kinds[k] = kinds[k] + 1
+end
+local flat = {}
+for _, k in ipairs(by_kind) do table.insert(flat, k); table.insert(flat, kinds[k]) end
+return {redis.call('HGETALL', KEYS[1]), pending, redis.call('ZCARD', KEYS[2]),
+        redis.call('ZCOUNT', KEYS[2], '-inf', now), oldest[2] or '', now,
+        redis.call('ZCARD', KEYS[3]), flat}
+"""

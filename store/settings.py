@@ -7,6 +7,7 @@ it never imports the Slack app.
 
 from __future__ import annotations
 
+import functools
 from datetime import timedelta
 from typing import Any, Self
 from urllib.parse import urlsplit, urlunsplit
@@ -15,18 +16,20 @@ from pydantic import AliasChoices, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from redis import Redis
 from redis.backoff import EqualJitterBackoff
-from redis.connection import ConnectionPool, parse_url
+from redis.connection import ConnectionPool
 from redis.retry import Retry
 
 from store import defaults, slack_ids
+from store.connection import URL_FORMS, open_client, parse_redis_url
 from store.exceptions import ConfigurationError
 from store.keys import KeySpace
+from store.lua import ReplicaAcks
+from store.policies import RoutingPolicy, load_policy
 from store.repository import HandoffStore, StoreConfig, TaskPolicy
 
-REDIS_URL_FORMS = (
-    "redis://[:password@]host[:port][/db], rediss://... (TLS) or unix:///path/to/redis.sock"
-)
-"""The URLs redis-py accepts, as the error for a bad ``REDIS_URL`` names them."""
+REDIS_URL_FORMS = URL_FORMS
+"""The URLs a Redis setting takes (``store.connection``), as the error for a bad one names
+them."""
 
 REDIS_RETRIES = 3
 """Resends of a command whose connection failed (``redis_retry``)."""
@@ -64,7 +67,7 @@ def redacted_url(url: str) -> str:
         host = netloc.rpartition("@")[2]
         netloc = (f"{parts.username}:***@" if parts.username else ":***@") + host
     query = "&".join(
-        f"{name}=***" if name.lower() == "password" else f"{name}={value}" if sep else name
+        f"{name}=***" if name.lower().endswith("password") else f"{name}={value}" if sep else name
         for name, sep, value in (item.partition("=") for item in parts.query.split("&"))
         if name
     )
@@ -72,11 +75,12 @@ def redacted_url(url: str) -> str:
 
 
 def connect(url: str, **options: Any) -> Redis:
-    """A client for ``url`` that resends a command whose connection failed
-    (``redis_retry``, unless ``options`` give a ``retry`` of their own); ``options`` are
-    those of ``Redis.from_url``. Connects on first use."""
+    """A client for ``url`` (a server, a master through Sentinel or a cluster:
+    ``store.connection``) that resends a command whose connection failed (``redis_retry``,
+    unless ``options`` give a ``retry`` of their own); ``options`` are those of
+    ``Redis.from_url``. Connects on first use."""
     options.setdefault("retry", redis_retry())
-    return Redis.from_url(url, **options)
+    return open_client(url, **options)
 
 
 class StoreSettings(BaseSettings):
@@ -97,6 +101,25 @@ class StoreSettings(BaseSettings):
         default=None,
         validation_alias=AliasChoices("REDIS_URL", "HANDOFF_REDIS_URL"),
         description="Redis URL (env REDIS_URL). Unset: `handoff dev` starts an embedded server.",
+    )
+    queue_redis_url: str | None = Field(
+        default=None,
+        description="Redis URL of the RQ queues when they are not on REDIS_URL (plain or "
+        "Sentinel); required when REDIS_URL is a Redis Cluster, which RQ does not run on.",
+    )
+    min_replica_acks: int = Field(
+        default=0,
+        ge=0,
+        le=16,
+        description="Replicas that must confirm each acknowledged write (creation, decision, "
+        "claim, cancel) before anyone is told of it (Redis WAIT); 0: do not wait.",
+    )
+    replica_ack_timeout_seconds: float = Field(
+        default=defaults.REPLICA_ACK_TIMEOUT_SECONDS,
+        gt=0,
+        le=10,
+        description="Longest wait for HANDOFF_MIN_REPLICA_ACKS replicas; then the caller is "
+        "told to try again (the write stays, a retry is the same decision).",
     )
     namespace: str = Field(
         default=defaults.NAMESPACE, description="Key namespace (one Redis Cluster hash tag)."
@@ -176,6 +199,11 @@ class StoreSettings(BaseSettings):
     webhook_timeout_seconds: float = Field(
         default=10.0, gt=0, le=120, description="Longest wait for a callback's answer."
     )
+    policy_file: str = Field(
+        default="",
+        description="A routing policy (TOML or YAML, docs/policies.md) applied to every new "
+        "handoff; checked at start. Empty: no policy.",
+    )
 
     @field_validator("redis_url", mode="before")
     @classmethod
@@ -185,6 +213,25 @@ class StoreSettings(BaseSettings):
             return None
         return value
 
+    @field_validator("queue_redis_url", mode="before")
+    @classmethod
+    def _blank_queue_url_is_unset(cls, value: object) -> object:
+        if isinstance(value, str) and not value.strip():
+            return None
+        return value
+
+    @field_validator("queue_redis_url")
+    @classmethod
+    def _queue_url_is_not_a_cluster(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if parse_redis_url(value).kind == "cluster":
+            raise ValueError(
+                "RQ does not run on Redis Cluster; give the queues a plain or Sentinel URL "
+                "(redis://... or redis+sentinel://...)"
+            )
+        return value
+
     @field_validator("redis_url")
     @classmethod
     def _redis_url_is_a_redis_url(cls, value: str | None) -> str | None:
@@ -192,10 +239,7 @@ class StoreSettings(BaseSettings):
         # are read, as a setting, not as a traceback from the first connection.
         if value is None:
             return None
-        try:
-            parse_url(value)
-        except ValueError:
-            raise ValueError(f"not a Redis URL; use {REDIS_URL_FORMS}") from None
+        parse_redis_url(value)  # its ValueError says what is wrong and which forms work
         return value
 
     @field_validator("redis_url")
@@ -267,6 +311,19 @@ class StoreSettings(BaseSettings):
         Connects on first use."""
         return connect(self.require_redis_url(), **options)
 
+    def require_queue_redis_url(self) -> str:
+        """The URL of the RQ queues: ``HANDOFF_QUEUE_REDIS_URL``, else ``REDIS_URL``. Raises
+        ``ConfigurationError`` when that is a cluster (RQ does not run on one)."""
+        if self.queue_redis_url:
+            return self.queue_redis_url
+        url = self.require_redis_url()
+        if parse_redis_url(url).kind == "cluster":
+            raise ConfigurationError(
+                "REDIS_URL is a Redis Cluster, which RQ does not run on: set "
+                "HANDOFF_QUEUE_REDIS_URL to a plain or Sentinel Redis for the queues"
+            )
+        return url
+
     def open_store(self, *, redis: Redis | None = None) -> HandoffStore:
         """The store these settings describe, on ``redis`` (default: a new client for
         ``REDIS_URL``)."""
@@ -296,7 +353,23 @@ class StoreSettings(BaseSettings):
             retention_seconds=timedelta(days=self.retention_days).total_seconds(),
             tasks=self.task_policy(),
             resume_modules=parse_module_list(self.resume_modules),
+            policy=self.routing_policy(),
+            replica_acks=ReplicaAcks(self.min_replica_acks, self.replica_ack_timeout_seconds),
         )
+
+    def routing_policy(self) -> RoutingPolicy | None:
+        """The policy in ``HANDOFF_POLICY_FILE``, loaded once per process (every store
+        built from these settings shares it); None when unset. Raises ``PolicyError`` (a
+        ``ConfigurationError``) naming each bad rule and field."""
+        path = self.policy_file.strip()
+        return _load_policy_once(path) if path else None
+
+
+@functools.lru_cache(maxsize=4)
+def _load_policy_once(path: str) -> RoutingPolicy:
+    # A process builds several stores from one environment (the bot, its API, its
+    # workers); the file is read and compiled once. A changed file needs a restart.
+    return load_policy(path)
 
 
 def parse_module_list(text: str) -> tuple[str, ...]:

@@ -32,6 +32,18 @@ ID_FORM = f"a capital letter, then 2 to {MAX_ID_LENGTH - 1} capitals or digits"
 _SHOWN = 40  # of a refused value in an error: enough to recognise it, not a whole document
 
 
+_MENTION = re.compile(r"<@([A-Za-z0-9]+)(?:\|[^>]*)?>")
+
+
+def plain_person(value: str) -> str:
+    """Who a decision names, without Slack's mention syntax: ``<@U123>`` and
+    ``<@U123|ann>`` are ``U123``; surrounding spaces go. Anything else is kept as it is
+    (a name, an email): votes and the requester are then compared regardless of case."""
+    value = value.strip()
+    mention = _MENTION.fullmatch(value)
+    return mention.group(1) if mention else value
+
+
 def is_channel_id(value: object) -> bool:
     """Whether ``value`` is a conversation id (``C…``, ``G…``, ``D…``)."""
     return isinstance(value, str) and CHANNEL_ID.fullmatch(value) is not None

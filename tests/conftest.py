@@ -15,14 +15,52 @@ from urllib.parse import urlparse
 import pytest
 from redis import Redis
 
+from bot.slack_client import stop_answer_clock
 from store.repository import TaskPolicy
 from tests.support.policies import task_policy
 from worker.client import Handoffs
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# With REDIS_URL set and no database in it, tests use (and flush) this database.
+# With REDIS_URL set, tests use (and flush) the database it names, else this one; each
+# pytest-xdist worker (gw0, gw1, ...) takes its own next to it (_worker_database).
+_XDIST_WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
 TEST_DB = os.environ.get("HANDOFF_TEST_REDIS_DB", "15")
+
+
+def _worker_database(base: int) -> int:
+    """This xdist worker's database: ``base`` for the first, then counting down from it (up,
+    where down would pass 0), so parallel workers never flush each other's."""
+    return base - _XDIST_WORKER if base - _XDIST_WORKER >= 0 else base + _XDIST_WORKER
+
+
+HEAVY = (
+    "tests/reliability/",
+    "tests/test_rate_limits_e2e.py",
+    "tests/test_ack_deadline_e2e.py",
+    "tests/test_bench.py",
+)
+"""Tests that load the machine (storms, crashes, benchmarks) or time Slack's deadlines: run
+one after another on one xdist worker, so a timed test never shares the cores with a storm."""
+
+
+OWN_SERVERS = (
+    "tests/reliability/test_sentinel_failover.py",
+    "tests/reliability/test_sentinel_slack.py",
+    "tests/reliability/test_cluster.py",
+    "tests/reliability/test_unconfirmed_reads.py",
+    "tests/reliability/test_retried_decision_acks.py",
+)
+"""Fault tests on Redis servers of their own (Sentinel, Cluster): they time nothing of
+Slack's and load the machine little, so they run beside the rest, off the heavy worker
+(whose tests, one after another, are the suite's longest chain)."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        if path.startswith(HEAVY) and not path.startswith(OWN_SERVERS):
+            item.add_marker(pytest.mark.xdist_group("heavy"))
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -34,6 +72,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+@pytest.fixture(autouse=True)
+def _no_answer_clock_left_over() -> Iterator[None]:
+    """A test that plays a request in this thread (``start_answer_clock``) leaves no spent
+    budget to the next one's Slack calls."""
+    yield
+    stop_answer_clock()
+
+
 @pytest.fixture(scope="session")
 def soak(request: pytest.FixtureRequest) -> bool:
     """True under ``pytest --soak``: reliability tests scale their counts up."""
@@ -42,9 +88,9 @@ def soak(request: pytest.FixtureRequest) -> bool:
 
 def _test_database_url(url: str) -> str:
     parsed = urlparse(url)
-    if parsed.path.strip("/"):
-        return url
-    return url.rstrip("/") + "/" + TEST_DB
+    named = parsed.path.strip("/")
+    database = _worker_database(int(named) if named.isdigit() else int(TEST_DB))
+    return parsed._replace(path=f"/{database}").geturl()
 
 
 @pytest.fixture(scope="session")

@@ -3,6 +3,7 @@ written: ``@require_approval(reviwers=[...])`` must not open an approval to ever
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -10,9 +11,12 @@ import pytest
 from redis import Redis
 
 from store.exceptions import InvalidHandoffRequest
+from worker.adapters.agent_framework import AgentFrameworkHandoffs, WorkflowHandoffs
 from worker.adapters.decorators import ask_human, question_tool, require_approval
 from worker.adapters.langgraph import LangGraphHandoffs
 from worker.adapters.openai_agents import OpenAIAgentsHandoffs
+from worker.adapters.pydantic_ai import PydanticAIHandoffs
+from worker.adapters.temporal import request_approval as temporal_approval
 from worker.client import Handoffs
 
 
@@ -36,12 +40,42 @@ def _openai_agents(handoffs: Handoffs, **options: Any) -> object:
     return OpenAIAgentsHandoffs(handoffs, "tests.support.adapter_agents:refund_agent", **options)
 
 
+def _pydantic_ai(handoffs: Handoffs, **options: Any) -> object:
+    return PydanticAIHandoffs(
+        handoffs, "tests.support.adapter_pydantic_agents:build_refund_agent", **options
+    )
+
+
+def _temporal(handoffs: Handoffs, **options: Any) -> object:
+    # Workflow code: checked when called, before its activity is scheduled.
+    return asyncio.run(temporal_approval("issue_refund", {}, **options))
+
+
+def _agent_framework(handoffs: Handoffs, **options: Any) -> object:
+    return AgentFrameworkHandoffs(
+        handoffs, "tests.support.adapter_af_agents:build_refund_agent", **options
+    )
+
+
+def _agent_framework_workflow(handoffs: Handoffs, **options: Any) -> object:
+    return WorkflowHandoffs(
+        handoffs,
+        "tests.support.adapter_af_workflows:build_intake",
+        checkpoint_dir="/nonexistent/never-written",
+        **options,
+    )
+
+
 ADAPTERS: dict[str, Callable[..., object]] = {
     "require_approval": _approval_guard,
     "ask_human": _question,
     "question_tool": _question_tool,
     "LangGraphHandoffs": _langgraph,
     "OpenAIAgentsHandoffs": _openai_agents,
+    "AgentFrameworkHandoffs": _agent_framework,
+    "WorkflowHandoffs": _agent_framework_workflow,
+    "request_approval": _temporal,
+    "PydanticAIHandoffs": _pydantic_ai,
 }
 
 

@@ -78,7 +78,7 @@ def test_wait_times_out_on_a_pending_handoff(handoffs: Handoffs, redis_url: str)
 
     elapsed = asyncio.run(scenario())
 
-    assert 0.3 <= elapsed < 0.6
+    assert 0.3 <= elapsed < 2
 
 
 def test_async_methods_reach_the_same_store_as_the_sync_client(

@@ -179,7 +179,8 @@ def test_keys_are_checked_on_every_request(api: str, keys: ApiKeys) -> None:
 
 
 def test_a_key_may_create_only_in_its_channels(api: str, keys: ApiKeys) -> None:
-    agent = _client(api, keys.create("payments", channels=["C0PAY"]).key)
+    # Two channels: a request naming none could mean either (one channel: it goes there).
+    agent = _client(api, keys.create("payments", channels=["C0PAY", "C0REFUNDS"]).key)
 
     allowed = agent.post("/v1/handoffs", json=APPROVAL)
     elsewhere = agent.post("/v1/handoffs", json={**APPROVAL, "channel": "C0OPS"})
@@ -224,6 +225,64 @@ def test_bad_bodies_are_422_naming_the_field_and_change_nothing(
     assert field in [e["field"] for e in refused.json()["errors"]], refused.json()
     after = [k for k in sorted(redis.keys("*")) if b"apirate" not in k]
     assert after == [k for k in before if b"apirate" not in k]
+
+
+REFUND_FORM = {
+    "type": "object",
+    "required": ["amount"],
+    "properties": {
+        "amount": {"type": "integer", "minimum": 1, "maximum": 500},
+        "reason": {"enum": ["damaged", "late"]},
+    },
+}
+
+
+def test_a_question_takes_an_answer_schema_and_an_admin_a_typed_answer(
+    api: str, keys: ApiKeys
+) -> None:
+    agent = _client(api, keys.create("agent").key)
+    admin = _client(api, keys.create("ops", admin=True).key)
+    question = {
+        "request_type": "question",
+        "run_id": "run-1",
+        "thread_id": "ticket-1",
+        "question": "Refund how much?",
+        "answer_schema": REFUND_FORM,
+    }
+
+    created = agent.post("/v1/handoffs", json=question)
+    assert created.status_code == 201, created.text
+    handoff_id = created.json()["id"]
+    assert created.json()["payload"]["answer_schema"] == REFUND_FORM
+    decide = f"/v1/handoffs/{handoff_id}/decision"
+    untyped = admin.post(decide, json={"outcome": "answered", "by": "U0ANA", "answer": "30"})
+    assert untyped.status_code == 422 and "answer_data" in untyped.json()["detail"]
+    too_much = {"outcome": "answered", "by": "U0ANA", "answer_data": {"amount": 501}}
+    assert admin.post(decide, json=too_much).status_code == 422
+    typed = {"outcome": "answered", "by": "U0ANA", "answer_data": {"amount": 30, "reason": "late"}}
+    decided = admin.post(decide, json=typed)
+
+    assert decided.status_code == 200, decided.text
+    assert decided.json()["resume_data"]["answer_data"] == {"amount": 30, "reason": "late"}
+    assert decided.json()["resume_data"]["answer"] == "amount: 30\nreason: late"
+    refused = agent.post(
+        "/v1/handoffs",
+        json={
+            **question,
+            "answer_schema": {"type": "object", "properties": {"a": {"type": "object"}}},
+        },
+    )
+    assert refused.status_code == 422
+    assert refused.json()["errors"] == [
+        {
+            "field": "answer_schema",
+            "message": "answer_schema.properties.a.type must be string, number, integer or "
+            "boolean (or give an enum), not 'object'",
+        }
+    ]
+    misplaced = agent.post("/v1/handoffs", json={**APPROVAL, "answer_schema": REFUND_FORM})
+    assert misplaced.status_code == 422
+    assert [e["field"] for e in misplaced.json()["errors"]] == ["answer_schema"]
 
 
 def test_malformed_json_oversized_bodies_and_unknown_ids(api: str, keys: ApiKeys) -> None:

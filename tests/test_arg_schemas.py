@@ -70,7 +70,9 @@ def test_a_catastrophic_pattern_gives_up_in_time() -> None:
     started = time.monotonic()
     errors = argument_errors(schema, {"a": "a" * 60 + "!"})
 
-    assert time.monotonic() - started < 1
+    # Backtracking without the time limit takes years on this value; the bound is loose so
+    # a loaded machine (tests run two at a time) cannot fail it.
+    assert time.monotonic() - started < 5
     assert [e.message for e in errors] == [
         "the pattern '^(a|aa)+$' took too long on this value; simplify the schema"
     ]
@@ -93,7 +95,8 @@ def test_a_schema_whose_refs_branch_exponentially_is_cut_short() -> None:
     started = time.monotonic()
     errors = argument_errors(schema, {"a": 1})
 
-    assert time.monotonic() - started < 2
+    # 2**30 applications would take hours; the budget stops it in well under a second.
+    assert time.monotonic() - started < 10
     assert [e.message for e in errors] == [
         "args_schema is too costly to check these arguments against (over 20000 steps); "
         "the agent should simplify it"
@@ -106,7 +109,8 @@ def test_unique_items_is_linear_and_keeps_json_equality() -> None:
 
     started = time.monotonic()
     assert argument_errors(schema, {"rows": rows}) == []
-    assert time.monotonic() - started < 2
+    # Quadratic comparison of 20,000 rows takes minutes; linear takes a fraction of a second.
+    assert time.monotonic() - started < 10
     assert argument_errors(schema, {"rows": [1, 1.0]})  # one number
     assert argument_errors(schema, {"rows": [True, 1]}) == []  # not one value
     assert argument_errors(schema, {"rows": [{"a": 1, "b": 2}, {"b": 2, "a": 1}]})

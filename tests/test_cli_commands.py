@@ -79,6 +79,37 @@ def test_cancel_and_expire_close_a_handoff_and_say_so(redis: Redis, run: Run) ->
     assert events == ["created", "cancelled"]
 
 
+def test_a_typed_question_is_decided_with_answer_data(redis: Redis, run: Run) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"amount": {"type": "integer", "maximum": 500}, "late": {"type": "boolean"}},
+    }
+    handoff = Handoffs(redis).ask(run_id="r", thread_id="t", question="?", answer_schema=schema)
+
+    untyped = run("decide", handoff.id, "answered", "--by", "U0A", "--answer", "30")
+    not_json = run("decide", handoff.id, "answered", "--by", "U0A", "--answer-data", "30")
+    too_much = run(
+        "decide", handoff.id, "answered", "--by", "U0A", "--answer-data", '{"amount": 501}'
+    )
+    typed = run(
+        "decide",
+        handoff.id,
+        "answered",
+        "--by",
+        "U0A",
+        "--answer-data",
+        '{"amount": 30, "late": true}',
+    )
+
+    assert untyped.exit_code == ExitCode.USAGE and "answer_data" in untyped.output
+    assert not_json.exit_code == ExitCode.USAGE and "--answer-data" in not_json.output
+    assert too_much.exit_code == ExitCode.USAGE and "greater than the maximum" in too_much.output
+    assert typed.exit_code == 0, typed.output
+    decided = Handoffs(redis).get(handoff.id).resume_data
+    assert decided is not None and decided.answer_data == {"amount": 30, "late": True}
+    assert decided.answer == "amount: 30\nlate: yes"
+
+
 def test_decide_offers_only_what_a_person_decides(redis: Redis, run: Run) -> None:
     handoff = Handoffs(redis).request_approval(run_id="r", thread_id="t", action="deploy")
 

@@ -447,7 +447,7 @@ def test_wait_times_out_on_a_pending_handoff(handoffs: Handoffs) -> None:
         handoffs.wait(handoff.id, timeout=0.3)
     elapsed = time.monotonic() - started
 
-    assert 0.3 <= elapsed < 0.6
+    assert 0.3 <= elapsed < 2
     assert handoffs.get(handoff.id).is_pending
 
 
@@ -458,7 +458,7 @@ def test_wait_on_a_decided_handoff_returns_at_once(handoffs: Handoffs) -> None:
     started = time.monotonic()
     result = handoffs.wait(handoff.id, timeout=5)
 
-    assert time.monotonic() - started < 0.05
+    assert time.monotonic() - started < 1  # not the 5 s timeout
     assert result.status is Status.ANSWERED
 
 

@@ -5,6 +5,8 @@ REDIS_URL: an agent using it writes where the workers read."""
 from __future__ import annotations
 
 import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from redis import Redis
@@ -88,3 +90,23 @@ def test_a_bad_url_argument_is_named_as_the_argument() -> None:
 
     with pytest.raises(ConfigurationError, match=r"^from_url: not a Redis URL"):
         Handoffs.from_url("http://example.com")
+
+
+def test_one_client_holds_more_waits_at_once_than_redis_pys_default_pool(
+    redis: Redis, redis_url: str
+) -> None:
+    """Each wait holds a subscribed connection; redis-py 8 caps a pool at 100 by default,
+    so an agent process waiting on more than that at once failed (MaxConnectionsError)."""
+    handoffs = Handoffs.from_url(redis_url)
+    ids = [handoffs.ask(question=f"Region {n}?", **RUN).id for n in range(150)]
+    channels = [handoffs.store.keys.decided_channel(handoff_id) for handoff_id in ids]
+    with ThreadPoolExecutor(max_workers=len(ids)) as pool:
+        waits = [pool.submit(handoffs.wait, handoff_id, timeout=60) for handoff_id in ids]
+        deadline = time.monotonic() + 30
+        while sum(n for _, n in redis.pubsub_numsub(*channels)) < len(ids):
+            assert time.monotonic() < deadline, "not every wait subscribed"
+            assert not [w for w in waits if w.done()], [w.exception() for w in waits if w.done()]
+            time.sleep(0.05)
+        for handoff_id in ids:
+            handoffs.decide(handoff_id, "answered", by="U_ALICE", answer="eu")
+        assert {w.result(timeout=30).status.value for w in waits} == {"answered"}

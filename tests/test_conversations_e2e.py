@@ -85,6 +85,31 @@ def test_a_post_whose_answer_was_lost_in_a_channel_not_joined_before_is_found_no
     assert slack.handoffs.get(handoff_id).message_refs["ts"] == only.ts
 
 
+def test_a_resolved_escalation_in_a_channel_the_bot_had_not_joined_keeps_its_thread_record(
+    slack: SlackEnv,
+) -> None:
+    escalation = slack.handoffs.escalate(
+        run_id="run-legal",
+        thread_id="t",
+        summary="Customer threatens legal action",
+        channel=OTHER,
+        resume="tests.support.resume_targets:record",
+    )
+    posted = slack.posted(escalation.id)
+    slack.standin.click(ALICE, posted, ids.CLAIM)
+    wait_for(lambda: "Claimed by" in str(slack.posted(escalation.id).blocks))
+    slack.standin.click(ALICE, slack.posted(escalation.id), ids.RESOLVE)
+    [modal] = slack.standin.views(ALICE)
+    slack.standin.submit_view(ALICE, modal, {ids.RESOLUTION_BLOCK: {ids.VALUE: "Settled."}})
+
+    wait_for(lambda: slack.handoffs.get(escalation.id).message_refs.get("record_ts"))
+    [record] = slack.standin.thread(OTHER, posted.ts)
+    assert "Resolved" in record.text and "Settled." in record.text
+    # Nothing was lost, so nothing was looked for (a look-up there once failed not_in_channel).
+    assert slack.standin.calls("conversations.replies") == []
+    assert slack.standin.calls("conversations.history") == []
+
+
 def test_a_private_channel_the_bot_was_not_invited_to_ends_undeliverable_saying_so(
     slack: SlackEnv,
 ) -> None:

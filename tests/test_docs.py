@@ -1,7 +1,8 @@
-"""The documentation matches what it documents: links resolve, the CLI reference names only
-commands and options that exist (and every command), the configuration table lists exactly
-the settings, and the files the docs describe (the Socket Mode manifest, the compose file)
-say what the docs say they do. A doc that goes stale fails here."""
+"""The documentation matches what it documents: links resolve, the tests guarantees.md cites
+exist, the CLI reference names only commands and options that exist (and every command), the
+configuration table lists exactly the settings, and the files the docs describe (the Socket
+Mode manifest, the compose file) say what the docs say they do. A doc that goes stale fails
+here."""
 
 from __future__ import annotations
 
@@ -154,6 +155,24 @@ def test_every_relative_link_resolves_to_a_file_and_heading(doc: Path) -> None:
         elif anchor and anchor not in anchors(linked):
             problems.append(f"{doc.name}:{number}: {target}: no heading #{anchor} there")
     assert not problems, "\n".join(problems)
+
+
+GUARANTEES_DOC = ROOT / "docs" / "guarantees.md"
+_TEST_NAME = re.compile(r"^test_\w+$")
+
+
+def test_every_test_guarantees_md_cites_as_proof_exists() -> None:
+    """A proof renamed or removed leaves its promise unproven: each test named in
+    docs/guarantees.md must be a test function of tests/."""
+    prose, _ = split_markdown(GUARANTEES_DOC.read_text())
+    cited = {span for line in prose for span in inline_code(line) if _TEST_NAME.match(span)}
+    defined = {
+        match.group(1)
+        for path in (ROOT / "tests").rglob("test_*.py")
+        for match in re.finditer(r"^(?:async )?def (test_\w+)\(", path.read_text(), re.MULTILINE)
+    }
+    assert cited, "guarantees.md names no test: the checker is broken"
+    assert sorted(cited - defined) == []
 
 
 def test_the_link_checker_finds_links_and_anchors_as_github_makes_them() -> None:

@@ -9,14 +9,23 @@ from pathlib import Path
 
 import pytest
 
-from examples import langgraph_refund, openai_agents_refund, plain_python_refund
+from examples import (
+    agent_framework_refund,
+    agent_framework_workflow,
+    langgraph_refund,
+    openai_agents_refund,
+    plain_python_refund,
+    pydantic_ai_refund,
+)
 from examples._common import decide_all, wait_for_result
 from store.models import RequestType
 from tests.conftest import WorkerProcesses
 from tests.support.preloaded_workers import start_preloaded_worker
+from worker.adapters.agent_framework.agents import resume_run as resume_af_run
 from worker.adapters.langgraph import resume_thread
 from worker.adapters.openai_agents import resume_run
 from worker.adapters.pauses import forget_built
+from worker.adapters.pydantic_ai import resume_run as resume_pydantic_ai_run
 from worker.client import Handoffs
 
 
@@ -75,6 +84,34 @@ def test_openai_agents_example_asks_and_refunds_once_both_are_decided(
     assert result == "Done: Visa ending 4242; refunded 30 USD on A-1001"
 
 
+def test_pydantic_ai_example_asks_and_refunds_once_both_are_decided(
+    handoffs: Handoffs, example_env: None
+) -> None:
+    outcome = pydantic_ai_refund.start(handoffs, "pai-example-test")
+    assert [h.request_type for h in outcome.handoffs] == [
+        RequestType.QUESTION,
+        RequestType.APPROVAL,
+    ]
+
+    decide_all(handoffs, outcome.handoffs)
+    for handoff in outcome.handoffs:
+        asyncio.run(resume_pydantic_ai_run(handoffs.get(handoff.id), handoffs=handoffs))
+
+    result = wait_for_result(handoffs, pydantic_ai_refund.EXAMPLE, "pai-example-test", timeout=1)
+    assert result == "Done: Visa ending 4242; refunded 30 USD on A-1001"
+
+
+def test_pydantic_ai_example_main_runs_through_a_real_worker(
+    workers: WorkerProcesses, example_env: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    start_preloaded_worker(workers, ["examples.pydantic_ai_refund"], extra_env={})
+
+    assert pydantic_ai_refund.main(["--auto"]) == 0
+
+    printed = capsys.readouterr().out
+    assert "The worker resumed the run: Done: Visa ending 4242; refunded 30 USD" in printed
+
+
 def test_plain_python_example_runs_with_auto_decisions(
     handoffs: Handoffs, example_env: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -83,3 +120,67 @@ def test_plain_python_example_runs_with_auto_decisions(
     printed = capsys.readouterr().out
     assert "Answer: Visa ending 4242" in printed
     assert "refunded 30 USD on A-1001 (charged twice; to Visa ending 4242)" in printed
+
+
+def test_temporal_example_main_runs_through_a_temporal_server_and_a_real_worker(
+    workers: WorkerProcesses,
+    tmp_path: Path,
+    example_env: None,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Imported here: only this test needs Temporal (its import takes a second or two).
+    from examples import temporal_refund
+    from tests.support.temporal_server import ServerUnavailable, start_dev_server
+
+    try:
+        server = start_dev_server(tmp_path)
+    except ServerUnavailable as exc:
+        pytest.skip(f"the Temporal dev server cannot run here: {exc}")
+    try:
+        env = {"HANDOFF_TEMPORAL_ADDRESS": server.address}
+        start_preloaded_worker(workers, ["worker.adapters.temporal"], extra_env=env)
+
+        assert temporal_refund.main(["--auto", "--temporal-address", server.address]) == 0
+    finally:
+        server.stop()
+
+    printed = capsys.readouterr().out
+    assert "waits for 2 decisions" in printed
+    assert "The workflow finished: refunded 30 USD on A-1001 to Visa ending 4242" in printed
+
+
+def test_agent_framework_example_asks_and_refunds_once_both_are_decided(
+    handoffs: Handoffs, example_env: None
+) -> None:
+    outcome = agent_framework_refund.start(handoffs, "af-example-test")
+    assert [h.request_type for h in outcome.handoffs] == [
+        RequestType.QUESTION,
+        RequestType.APPROVAL,
+    ]
+
+    decide_all(handoffs, outcome.handoffs)
+    for handoff in outcome.handoffs:
+        asyncio.run(resume_af_run(handoffs.get(handoff.id), handoffs=handoffs))
+
+    result = wait_for_result(handoffs, agent_framework_refund.EXAMPLE, "af-example-test", timeout=1)
+    assert result == "Done: Visa ending 4242; refunded 30 USD on A-1001"
+
+
+def test_agent_framework_workflow_example_main_runs_through_a_real_worker(
+    workers: WorkerProcesses,
+    tmp_path: Path,
+    example_env: None,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    env = {"EXAMPLE_AF_CHECKPOINTS": str(tmp_path / "af-checkpoints")}
+    monkeypatch.setenv("EXAMPLE_AF_CHECKPOINTS", env["EXAMPLE_AF_CHECKPOINTS"])
+    start_preloaded_worker(workers, ["examples.agent_framework_workflow"], extra_env=env)
+
+    assert agent_framework_workflow.main(["--auto"]) == 0
+
+    printed = capsys.readouterr().out
+    assert (
+        "The worker resumed the run: refunded A-1001 to Visa ending 4242; sent: We refunded "
+        "order A-1001; it shows on your card in 3-5 days." in printed
+    )

@@ -7,7 +7,6 @@ its own."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import signal
@@ -16,7 +15,6 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +25,13 @@ from bot.dev.run import DEV_REVIEWER
 from store.api_keys import ApiKeys
 from store.keys import KeySpace
 from tests.conftest import ROOT, wait_until
-from tests.support.dev import dev_command, dev_env
-from tests.support.processes import processes_using
+from tests.support.dev import (
+    DevRun,
+    click_approve_as_the_reviewer,
+    running_dev,
+    second_terminal_env,
+)
 from tests.support.slack_env import free_port
-from tests.test_readme_example import DevRun, _click_approve_as_the_reviewer
 
 SHELL_EXAMPLE = ROOT / "examples" / "http_agent.sh"
 TS_EXAMPLE = ROOT / "examples" / "http_agent.ts"
@@ -80,31 +81,9 @@ class Dev:
 
 @pytest.fixture(scope="module")
 def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dev]:
-    folder = tmp_path_factory.mktemp("http-examples")
-    data, out = folder / "data", folder / "dev.out"
     api_port = free_port()
-    with out.open("wb") as stdout:
-        process = subprocess.Popen(
-            dev_command(data, free_port(), free_port(), "--keep-running", api_port=api_port),
-            cwd=ROOT,
-            env=dev_env(),  # no REDIS_URL: the embedded Redis, as for a reader
-            stdin=subprocess.DEVNULL,
-            stdout=stdout,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
-        yield Dev(DevRun(process, data, out), api_port)
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            with suppress(subprocess.TimeoutExpired):
-                process.wait(timeout=20)
-        with suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        for proc in processes_using(folder):
-            proc.kill()
-        process.wait(timeout=5)
+    with running_dev(tmp_path_factory.mktemp("http-examples"), api_port=api_port) as run:
+        yield Dev(run, api_port)
 
 
 @pytest.fixture(scope="module")
@@ -127,19 +106,13 @@ def compiled_ts(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out / "http_agent.js"
 
 
-def _agent_env(**extra: str) -> dict[str, str]:
-    """A second terminal: nothing of this test's Redis or settings, only the sourced file."""
-    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL" and not k.startswith("HANDOFF_")}
-    return {**env, **extra}
-
-
 def _start_agent(dev: Dev, runner: str, script: Path, **extra: str) -> subprocess.Popen[str]:
     # As the examples' headers say: set -a && . .handoff-dev/env && set +a && bash|node ...
     shell = 'set -a && . "$1" && set +a && exec "$2" "$3"'
     return subprocess.Popen(
         ["bash", "-c", shell, "-", str(dev.env_file), runner, str(script)],
         cwd=ROOT,
-        env=_agent_env(**extra),
+        env=second_terminal_env(**extra),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -164,7 +137,7 @@ def _run_to_approval(
             # The long poll comes back pending when its wait is over, and is made again.
             polled = f"GET /v1/handoffs/{handoff_id}?wait="
             assert wait_until(lambda: dev.api_log.count(polled) >= polls_first, timeout=30)
-        _click_approve_as_the_reviewer(dev.standin, dev.token, handoff_id)
+        click_approve_as_the_reviewer(dev.standin, dev.token, handoff_id)
         rest, errors = agent.communicate(timeout=AGENT_SECONDS)
     finally:
         if agent.poll() is None:
@@ -279,7 +252,7 @@ def test_an_http_error_exits_non_zero_with_the_problems_detail(
     result = subprocess.run(
         ["bash", "-c", shell, "-", str(dev.env_file), runner, str(script)],
         cwd=ROOT,
-        env=_agent_env(),
+        env=second_terminal_env(),
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
@@ -295,7 +268,7 @@ def test_an_http_error_exits_non_zero_with_the_problems_detail(
     result = subprocess.run(
         [runner, str(script)],
         cwd=ROOT,
-        env=_agent_env(),
+        env=second_terminal_env(),
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,

@@ -63,6 +63,20 @@ def test_response_urls_and_url_passwords_are_redacted(
     assert "redis://default:[redacted]@redis.internal:6379/0" in text
 
 
+def test_a_url_password_holding_an_at_sign_is_redacted_whole(
+    logged: tuple[logging.Logger, io.StringIO, io.StringIO],
+) -> None:
+    # redis-py (urlparse) reads the password up to the last "@": "p@ss-w0rd" here.
+    logger, plain, _ = logged
+    logger.info("connecting to %s", "redis://:p@ss-w0rd@redis.internal:6379/0")
+    logger.info("and %s", "rediss://default:a@b@c@redis.internal")
+
+    text = plain.getvalue()
+    assert "ss-w0rd" not in text and "b@c" not in text
+    assert "redis://:[redacted]@redis.internal:6379/0" in text
+    assert "rediss://default:[redacted]@redis.internal" in text
+
+
 def test_extra_fields_are_redacted(logged: tuple[logging.Logger, io.StringIO, io.StringIO]) -> None:
     logger, _, as_json = logged
     logger.warning("denied", extra={"user": f"U0BOB via {RESPONSE_URL} with {SECRET}"})

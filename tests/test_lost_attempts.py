@@ -121,3 +121,17 @@ def test_slash_handoff_retry_says_the_target_may_have_run_already(
     assert "queued for another round" in text
     assert "may have run to completion already" in text
     assert slack.handoffs.get(handoff_id).resume.state is TaskState.QUEUED
+
+
+def test_the_clients_retry_warns_that_the_target_may_have_run(
+    redis: Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    handoffs = Handoffs(redis, tasks=ONE_QUICK_ATTEMPT)
+    lost = _lost_last_attempt(handoffs.store)
+
+    with caplog.at_level("WARNING", logger="worker.client"):
+        retried = handoffs.retry_resume(lost, by="U_ADMIN")
+
+    assert retried.resume.state is TaskState.QUEUED
+    [warning] = [r for r in caplog.records if r.name == "worker.client"]
+    assert lost in warning.getMessage() and "may have run to completion" in warning.getMessage()

@@ -86,3 +86,17 @@ def test_every_method_the_bot_calls_has_its_scope_in_the_manifest() -> None:
         assert missing == [], f"{method} needs {missing}, which manifest.yml does not grant"
     # chat.postMessage in a public channel the bot has not joined yet.
     assert standin_scopes.POST_ANYWHERE in granted
+
+
+def test_the_slack_setup_explains_every_scope_the_manifest_grants_and_no_other() -> None:
+    # The README's Slack setup is docs/slack-setup.md: an upgrade's new scopes (channels:join,
+    # im:write) must be named there, with why, for an admin to reinstall the app.
+    setup = (ROOT / "docs" / "slack-setup.md").read_text()
+    section = setup.split("## Scopes, and why each is needed", 1)[1].split("\n## ", 1)[0]
+    explained = re.findall(r"^\| `([a-z.:_]+)` \|", section, flags=re.MULTILINE)
+    granted = _manifest()["oauth_config"]["scopes"]["bot"]
+
+    assert sorted(explained) == sorted(granted)
+    readme = (ROOT / "README.md").read_text()
+    assert "(docs/slack-setup.md)" in readme
+    assert "`channels:join`" in readme and "`im:write`" in readme

@@ -20,8 +20,14 @@ from bot.blockkit.ids import (
     RESOLVE,
     VIEW_FULL,
 )
-from bot.blockkit.message import already_decided_text, outcome_text, render_message
+from bot.blockkit.message import (
+    already_decided_text,
+    outcome_text,
+    render_form_needed,
+    render_message,
+)
 from bot.standin.blockkit import MAX_MESSAGE_BLOCKS, check_blocks
+from store.canonical import action_digest
 from store.models import Handoff, Status
 from tests.support.blockkit import (
     CREATED,
@@ -184,10 +190,12 @@ def test_a_pending_approval_has_approve_with_a_confirm_dialog_reject_and_edit(
 
     assert action_ids(blocks) == [APPROVE, REJECT, EDIT]
     approve = button(blocks, APPROVE)
-    assert approve["value"] == handoff.id
+    # The handoff, and the arguments the message shows (a click is of those).
+    shown = f"{handoff.id}@{action_digest('issue_refund', {'amount': 30})}"
+    assert approve["value"] == shown
     assert approve["confirm"]["confirm"]["text"] == "Approve"
     assert "issue_refund" in approve["confirm"]["text"]["text"]
-    assert all(button(blocks, a)["value"] == handoff.id for a in (REJECT, EDIT))
+    assert all(button(blocks, a)["value"] == shown for a in (REJECT, EDIT))
 
 
 def test_a_pending_question_has_an_answer_button(handoffs: Handoffs) -> None:
@@ -332,3 +340,75 @@ def test_a_correction_shows_the_corrected_draft(handoffs: Handoffs) -> None:
     decided = handoffs.decide(handoff.id, "approved", by="U1", corrected_draft="Hello there")
 
     assert "*Corrected draft:*\n>Hello there" in outcome_text(decided)
+
+
+# -- typed answers ---------------------------------------------------------------------------
+
+
+def typed_question(schema: dict[str, Any]) -> Handoff:
+    return make_handoff({"kind": "question", "question": "Refund?", "answer_schema": schema})
+
+
+def test_a_typed_question_says_which_fields_the_form_asks_for() -> None:
+    schema = {
+        "type": "object",
+        "required": ["amount", "agree"],
+        "properties": {
+            "amount": {"type": "number", "minimum": 0, "title": "Amount <!channel>"},
+            "reason": {"enum": ["damaged", "late", "other"]},
+            "agree": {"type": "boolean"},
+        },
+    }
+    message = render_message(typed_question(schema))
+
+    assert (
+        "*Answer with the form: 3 fields* (a reply in the thread cannot fill them in)\n"
+        "• *Amount &lt;!channel&gt;*: a number of at least 0 · required\n"
+        "• *reason*: one of 3 choices\n"
+        "• *agree*: yes or no"
+    ) in blocks_text(message.blocks)
+    assert action_ids(message.blocks) == [ANSWER]
+    assert_no_raw_injection(message.blocks)
+    assert_message_within_limits(message)
+
+
+def test_a_single_text_field_may_be_answered_in_the_thread() -> None:
+    schema = {"type": "object", "properties": {"why": {"type": "string", "maxLength": 50}}}
+
+    text = blocks_text(render_message(typed_question(schema)).blocks)
+
+    assert "*Answer with the form or a reply in this thread*\n• *why*: text of up to 50" in text
+
+
+def test_the_fields_of_the_largest_schema_are_listed_within_the_message_budget() -> None:
+    properties = {
+        f"{k:02d}" + "n" * 98: {"type": "string", "title": "Tom & Jerry <3 " * 13}
+        for k in range(25)
+    }
+    handoff = typed_question({"type": "object", "properties": properties})
+
+    message = render_message(handoff)
+
+    assert "more" in blocks_text(message.blocks)
+    assert VIEW_FULL in action_ids(message.blocks)  # the full list is one click away
+    assert_message_within_limits(message)
+    check_blocks(message.blocks, limit=MAX_MESSAGE_BLOCKS)
+
+
+def test_a_thread_reply_that_cannot_answer_is_told_so_with_the_messages_answer_button() -> None:
+    schema = {
+        "type": "object",
+        "properties": {f"field {k}": {"type": "boolean"} for k in range(7)},
+    }
+    handoff = typed_question(schema)
+
+    reply = render_form_needed(handoff)
+
+    assert reply.text == (
+        "This question asks for 7 fields (field 0, field 1, field 2, field 3, field 4 and 2 "
+        "more), which a reply in the thread cannot fill in, so nothing was recorded. Answer "
+        "it with the form."
+    )
+    assert action_ids(reply.blocks) == [ANSWER]
+    assert button(reply.blocks, ANSWER)["value"] == handoff.id
+    check_blocks(reply.blocks, limit=MAX_MESSAGE_BLOCKS)

@@ -9,13 +9,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bot.blockkit.ids import ANSWER_BLOCK, CHOICE_BLOCK, DRAFT_BLOCK_PREFIX, arg_block_id
+from bot.blockkit.ids import (
+    ANSWER_BLOCK,
+    CHOICE_BLOCK,
+    DRAFT_BLOCK_PREFIX,
+    answer_field_block_id,
+    arg_block_id,
+)
 from bot.blockkit.modals import json_type, render_edit_modal
 from handlers.modal_inputs import (
     input_value,
     parse_answer,
     parse_corrected_draft,
     parse_edited_args,
+    parse_typed_answer,
 )
 from store.models import Handoff
 from tests.support.blockkit import make_handoff
@@ -190,6 +197,12 @@ def test_an_unchanged_value_of_a_union_type_keeps_its_type(original: Any, schema
         ({"a": 1}, "[1, 2]", "JSON object"),
         ([1], '{"a": 1}', "JSON array"),
         (30, None, "Enter a value"),
+        # What JSON parses but a request may not hold: were a 500 (nothing decided).
+        ({"a": 1}, '{"limit": 1e309}', "not a JSON number"),
+        ({"a": 1}, '{"a": ' + "[" * 40 + "]" * 40 + "}", "nested deeper"),
+        # Past the parser's recursion limit (not valid JSON) or, where a library raised that
+        # limit in this process, nested too deep: refused on its input either way.
+        ({"a": 1}, '{"a": ' + "[" * 1400 + "]" * 1400 + "}", "JSON"),
     ],
 )
 def test_bad_input_is_reported_on_its_own_input_with_a_hint(
@@ -366,3 +379,128 @@ def test_an_emptied_draft_part_is_left_out() -> None:
     }
 
     assert parse_corrected_draft(state) == "Hello world"
+
+
+# -- typed answers ---------------------------------------------------------------------------
+
+TYPED: dict[str, Any] = {
+    "type": "object",
+    "required": ["amount", "reason", "note"],
+    "properties": {
+        "amount": {"type": "number", "minimum": 0, "maximum": 500},
+        "items": {"type": "integer", "minimum": 1},
+        "reason": {"enum": ["damaged", "late"]},
+        "note": {"type": "string", "minLength": 3, "maxLength": 20},
+        "notify": {"type": "boolean"},
+        "ship_by": {"type": "string", "format": "date"},
+    },
+}
+AMOUNT, ITEMS, REASON, NOTE, NOTIFY, SHIP_BY = (answer_field_block_id(i) for i in range(6))
+
+
+def number(value: str | None) -> dict[str, Any]:
+    return {"value": {"type": "number_input", "value": value}}
+
+
+def ticked(*values: str) -> dict[str, Any]:
+    options = [{"text": {"type": "plain_text", "text": "Yes"}, "value": v} for v in values]
+    return {"value": {"type": "checkboxes", "selected_options": options}}
+
+
+def dated(value: str | None) -> dict[str, Any]:
+    return {"value": {"type": "datepicker", "selected_date": value}}
+
+
+def form(**changes: dict[str, Any]) -> dict[str, Any]:
+    """The typed-answer form's state, every input as Slack sends it, with ``changes``."""
+    state = {
+        AMOUNT: number("30"),
+        ITEMS: number(None),
+        REASON: picked(1, "late"),
+        NOTE: typed("wet box"),
+        NOTIFY: ticked(),
+        SHIP_BY: dated(None),
+    }
+    return {**state, **{answer_field_block_id(int(k[1:])): v for k, v in changes.items()}}
+
+
+def test_a_typed_answer_is_read_as_its_fields_types() -> None:
+    state = form(
+        f0=number("12.50"),
+        f1=number("1e3"),
+        f3=typed("  wet box \n"),
+        f4=ticked("true"),
+        f5=dated("2026-02-28"),
+    )
+
+    parsed = parse_typed_answer(TYPED, state)
+
+    assert parsed.errors == {}
+    assert parsed.data == {
+        "amount": 12.5,
+        "items": 1000,
+        "reason": "late",
+        "note": "wet box",
+        "notify": True,
+        "ship_by": "2026-02-28",
+    }
+    assert type(parsed.data["items"]) is int and type(parsed.data["amount"]) is float
+
+
+def test_empty_optional_fields_are_left_out_and_an_empty_checkbox_is_false() -> None:
+    parsed = parse_typed_answer(TYPED, form(f0=number("30.0")))
+
+    assert parsed.data == {"amount": 30, "reason": "late", "note": "wet box", "notify": False}
+    assert type(parsed.data["amount"]) is int
+
+
+@pytest.mark.parametrize(
+    ("changes", "errors"),
+    [
+        ({"f0": number("500.01")}, {AMOUNT: "Enter a number of at most 500."}),
+        ({"f0": number("-1")}, {AMOUNT: "Enter a number of at least 0."}),
+        ({"f0": number("abc")}, {AMOUNT: "Enter a number, e.g. 12.5."}),
+        ({"f0": number("NaN")}, {AMOUNT: "Enter a number, e.g. 12.5."}),
+        ({"f0": number(None)}, {AMOUNT: "This field is required."}),
+        ({"f1": number("2.5")}, {ITEMS: "Enter a whole number, e.g. 42."}),
+        ({"f1": number("0")}, {ITEMS: "Enter a number of at least 1."}),
+        (
+            {"f1": number("1e400")},
+            {ITEMS: "Enter a number between -1000000000000000 and 1000000000000000."},
+        ),
+        ({"f2": picked(2, "gone")}, {REASON: "Pick one of the choices offered."}),
+        ({"f2": picked(None)}, {REASON: "This field is required."}),
+        (
+            {"f3": typed(" ab ")},
+            {NOTE: "Enter at least 3 characters (spaces around the text do not count)."},
+        ),
+        ({"f3": typed("x" * 21)}, {NOTE: "Enter at most 20 characters."}),
+        ({"f3": typed("   ")}, {NOTE: "This field is required."}),
+        ({"f5": dated("2026-02-30")}, {SHIP_BY: "Pick a date."}),
+        ({"f5": dated("next week")}, {SHIP_BY: "Pick a date."}),
+        (
+            {"f0": number("900"), "f3": typed("")},
+            {AMOUNT: "Enter a number of at most 500.", NOTE: "This field is required."},
+        ),
+    ],
+)
+def test_bad_input_is_an_error_on_its_own_input(
+    changes: dict[str, Any], errors: dict[str, str]
+) -> None:
+    parsed = parse_typed_answer(TYPED, form(**changes))
+
+    assert parsed.errors == errors
+
+
+def test_a_submission_without_the_forms_inputs_is_refused_on_them() -> None:
+    parsed = parse_typed_answer(TYPED, {"answer": typed("30 euros")})
+
+    assert parsed.errors == {
+        AMOUNT: "This field is required.",
+        REASON: "This field is required.",
+        NOTE: "This field is required.",
+    }
+
+
+def test_a_ticked_box_the_form_never_had_is_no_yes() -> None:
+    assert parse_typed_answer(TYPED, form(f4=ticked("yes"))).data["notify"] is False

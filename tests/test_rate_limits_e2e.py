@@ -29,6 +29,9 @@ BUDGET_PER_MINUTE = 2000
 fit in a test."""
 WORKER_PAIRS = 4
 BUSY_PAIRS = 2
+SLOW_POST_SECONDS = 4.0
+"""How long Slack takes to answer the post that holds the Slack worker (inside the client's
+timeout, so the post lands and is answered)."""
 
 
 @pytest.fixture
@@ -125,6 +128,41 @@ def test_a_decisions_resume_starts_within_a_second_while_slack_rate_limits_every
     assert deferred[0].detail["retry_in_ms"] == 30_000, "Slack's Retry-After, honoured"
     # Slack answered every post: nothing to look for, no look-up made.
     assert slack.standin.calls("conversations.history") == []
+
+
+def test_a_decisions_resume_starts_within_a_second_while_a_slow_post_holds_the_slack_worker(
+    limited_slack: SlackEnv,
+) -> None:
+    """Resumes and Slack work are on queues of their own, each with its worker: a delivery
+    whose post Slack takes seconds to answer never holds up a decision's resume (on one
+    queue, the resume waited for that post: 10.9 s behind one asleep in a 429)."""
+    slack = limited_slack
+    slack.standin.limit_like_slack()
+    waiting = slack.refund_approval(run_id="run-waiting")
+    slack.posted(waiting)
+    slack.standin.fail_next("chat.postMessage", status=200, delay=SLOW_POST_SECONDS)
+    slow = slack.refund_approval(run_id="run-slow")
+    wait_until(lambda: "delivery_started" in _events(slack, slow), timeout=10)
+    time.sleep(0.5)  # its post is on its way, and Slack takes its time to answer it
+
+    decided_at = time.time()
+    slack.handoffs.decide(waiting, "approved", by=ADMIN)
+    started_at = wait_until(lambda: _resume_started_at(slack, waiting), timeout=30)
+
+    assert isinstance(started_at, float)
+    print(f"resume started {started_at - decided_at:.3f} s after its decision (target < 1 s)")
+    assert started_at - decided_at < 1.0, (
+        f"the resume started {started_at - decided_at:.2f} s after its decision"
+    )
+    wait_until(lambda: slack.handoffs.get(slow).delivery.state is TaskState.COMPLETED, timeout=30)
+    [delivered] = [
+        event for event in slack.handoffs.store.audit_trail(slow) if event.event == "delivered"
+    ]
+    assert delivered.at.timestamp() > started_at, "the slow post was still on its way"
+    posts = [
+        call for call in slack.standin.calls("chat.postMessage") if not call.params.get("thread_ts")
+    ]
+    assert len(posts) == 2, "posted once each"
 
 
 def _live_posts(messages: list[Message], handoff_id: str) -> list[Message]:

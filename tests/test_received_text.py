@@ -128,7 +128,7 @@ def test_very_long_text_is_read_in_linear_time() -> None:
     hostile = "<" * 200_000 + "&amp;" * 100_000 + "<@U1" * 50_000 + "<@U1>" * 20_000
     started = time.monotonic()
     out = plain_text(hostile, user_names={"U1": "x"})
-    assert time.monotonic() - started < 2.0
+    assert time.monotonic() - started < 10  # quadratic on 1.3 M characters would take hours
     assert out.startswith("<" * 200_000 + "&" * 100_000)
     assert out.endswith("@x (U1)" * 20_000)
 

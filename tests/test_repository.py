@@ -155,7 +155,7 @@ def test_the_stored_request_leaves_unset_fields_out_and_keeps_the_agents_nulls(
     )
     created = store.create(request, handoff_id=new_handoff_id()).handoff
 
-    stored = json.loads(redis.hget(store.keys.handoff(created.id), "request"))
+    stored = json.loads(redis.hget(store.keys.handoff_body(created.id), "request"))
 
     assert "requester" not in stored and "args_schema" not in stored["payload"]["action"]
     assert stored["payload"]["action"]["args"] == {"note": None}
@@ -1216,6 +1216,7 @@ def test_purge_removes_decided_handoffs_only_once_their_resume_is_done(
         with pytest.raises(HandoffNotFound):
             store.get(gone.id)
         assert not redis.exists(store.keys.audit(gone.id))
+        assert not redis.exists(store.keys.handoff_body(gone.id))
         assert redis.zscore(store.keys.retention, gone.id) is None
         assert f"deliver:{gone.id}" not in outbox(redis, store)
     assert not redis.exists(store.keys.idempotency("k-no-resume"))
@@ -1779,3 +1780,42 @@ def test_a_delivery_that_completes_after_its_handoff_closed_gives_the_update_a_f
     assert closed.notify.state is TaskState.QUEUED
     assert (TaskKind.NOTIFY, handoff.id) not in store.failed_tasks()
     assert f"notify:{handoff.id}" in outbox(redis, store)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "says"),
+    [
+        ("edited_args", {"amount": float("nan")}, "not a JSON number"),
+        ("edited_args", {"amount": float("inf")}, "not a JSON number"),
+        ("edited_args", {"a": json.loads("[" * 40 + "]" * 40)}, "nested deeper"),
+        ("edited_args", {"blob": "x" * 70_000}, "over the"),
+        ("edited_args", ["not", "an", "object"], "must be a JSON object"),
+    ],
+)
+def test_edited_arguments_that_cannot_be_stored_are_refused_and_change_nothing(
+    store: HandoffStore, field: str, value: object, says: str
+) -> None:
+    handoff = create(store)
+    before = store.get(handoff.id)
+
+    with pytest.raises(InvalidDecision, match=says):
+        store.decide(handoff.id, "approved", decided_by="U1", **{field: value})
+
+    assert store.get(handoff.id) == before
+
+
+def test_a_typed_answer_must_be_finite_and_its_text_made_from_it(store: HandoffStore) -> None:
+    schema = {"type": "object", "properties": {"n": {"type": "number"}}, "required": ["n"]}
+    payload = {**PAYLOADS[RequestType.QUESTION], "answer_schema": schema}
+    handoff = create(store, RequestType.QUESTION, payload=payload)
+
+    with pytest.raises(InvalidDecision, match="not a JSON number"):
+        store.decide(handoff.id, "answered", decided_by="U1", answer_data={"n": float("inf")})
+    with pytest.raises(InvalidDecision, match="answer_data alone"):
+        store.decide(
+            handoff.id, "answered", decided_by="U1", answer="n: 99999", answer_data={"n": 5}
+        )
+    assert store.get(handoff.id).is_pending
+
+    answered = store.decide(handoff.id, "answered", decided_by="U1", answer_data={"n": 5})
+    assert answered.resume_data and answered.resume_data.answer_data == {"n": 5}

@@ -250,6 +250,34 @@ def test_a_post_lost_before_a_reassignment_is_cleared_from_the_old_channel(
     assert refs["channel"] == "C0OTHER" and _has_buttons(slack.message("C0OTHER", refs["ts"]))
 
 
+def test_a_post_lost_in_a_persons_dm_before_a_reassignment_is_cleared_from_that_dm(
+    slack: SlackStandIn, notifier: SlackNotifier, handoffs: Handoffs
+) -> None:
+    # Where the lost post went is what the attempt was routed to (here a person, so their
+    # DM's id), not the default channel.
+    handoff = handoffs.request_approval(
+        run_id="run-1", thread_id="t-1", action="issue_refund", channel="U0ALICE"
+    )
+    first = _attempt(handoffs, handoff.id, TaskKind.DELIVER, "job-1")
+    slack.fail_next("chat.postMessage", reset_connection=True, carried_out=True)
+    slack.fail_next("conversations.history", status=500)
+    with pytest.raises(DeliveryFailed) as lost:
+        notifier.deliver(handoffs.get(handoff.id), attempt=first)
+    handoffs.store.finish_task(
+        handoff.id, TaskKind.DELIVER, attempt=1, error="lost", unanswered=lost.value.unanswered
+    )
+    moved = handoffs.store.reassign(handoff.id, by="U0ADMIN", channel="C0OTHER")
+
+    second = _attempt(handoffs, handoff.id, TaskKind.DELIVER, "job-2")
+    refs = notifier.deliver(moved, attempt=second)
+
+    assert second.unanswered is not None and second.unanswered.route == "U0ALICE"
+    [stray] = [m for m in slack.messages("D0ALICE") if not m.thread_ts]
+    assert not _has_buttons(stray), "the stray in the DM lost its buttons"
+    assert refs["channel"] == "C0OTHER" and _has_buttons(slack.message("C0OTHER", refs["ts"]))
+    assert _posts_of(slack, handoff.id) == [], "nothing was cleared or posted in the default"
+
+
 def test_an_escalation_copy_lost_before_the_decision_is_found_and_kept(
     slack: SlackStandIn, notifier: SlackNotifier, handoffs: Handoffs
 ) -> None:

@@ -200,11 +200,17 @@ def post_approval(client: WebClient, channel: str = "C0APPROVALS") -> str:
     return str(answer["ts"])
 
 
-def open_modal_on_click(standin: SlackStandIn, client: WebClient, bot: RecordingBot) -> Any:
-    """Have the bot open REASON_MODAL from Alice's Reject click, as a handler would."""
+def open_modal_on_click(
+    standin: SlackStandIn,
+    client: WebClient,
+    bot: RecordingBot,
+    modal: dict[str, Any] = REASON_MODAL,
+) -> Any:
+    """Have the bot open ``modal`` (REASON_MODAL) from Alice's Reject click, as a handler
+    would."""
 
     def answer(got: Received) -> tuple[int, bytes]:
-        client.views_open(trigger_id=got.payload()["trigger_id"], view=REASON_MODAL)
+        client.views_open(trigger_id=got.payload()["trigger_id"], view=modal)
         return 200, b""
 
     bot.answer = answer
@@ -462,6 +468,24 @@ def test_post_ephemeral_is_seen_only_by_its_user(standin: SlackStandIn, client: 
     assert standin.ephemerals("U0BOB") == []
 
 
+def test_an_ephemeral_needs_its_person_in_the_channel_and_the_bot_in_a_private_one(
+    standin: SlackStandIn, client: WebClient
+) -> None:
+    standin.set_channel_members("C0APPROVALS", ["U0ALICE", standin.bot_user_id])
+    standin.make_private("C0SECRET")
+    standin.set_channel_members("C0SECRET", ["U0ALICE"])  # the bot was never invited
+
+    refused = [
+        _error(lambda: client.chat_postEphemeral(channel="C0APPROVALS", user="U0BOB", text="x")),
+        _error(lambda: client.chat_postEphemeral(channel="C0SECRET", user="U0ALICE", text="x")),
+    ]
+
+    assert [r["error"] for r in refused] == ["user_not_in_channel", "channel_not_found"]
+    assert standin.ephemerals("U0BOB") == standin.ephemerals("U0ALICE") == []
+    standin.invite_bot("C0SECRET")
+    assert client.chat_postEphemeral(channel="C0SECRET", user="U0ALICE", text="x")["ok"]
+
+
 # Modals and trigger ids
 
 
@@ -542,6 +566,170 @@ def test_a_modal_past_slack_limits_is_refused(
         client.views_update(
             view_id=view.id, view={**REASON_MODAL, "blocks": [{"type": "divider"}] * 101}
         )
+
+
+def _input(block_id: str, element: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {
+        "type": "input",
+        "block_id": block_id,
+        "label": {"type": "plain_text", "text": block_id},
+        "element": {"action_id": "value", **element},
+        **extra,
+    }
+
+
+YES = {"text": {"type": "plain_text", "text": "Yes"}, "value": "true"}
+TYPED_MODAL: dict[str, Any] = {
+    **REASON_MODAL,
+    "blocks": [
+        _input("amount", {"type": "number_input", "is_decimal_allowed": True, "max_value": "500"}),
+        _input("items", {"type": "number_input", "is_decimal_allowed": False, "min_value": "1"}),
+        _input("agree", {"type": "checkboxes", "options": [YES]}, optional=True),
+        _input("ship_by", {"type": "datepicker"}, optional=True),
+        _input("note", {"type": "plain_text_input", "min_length": 3}, optional=True),
+    ],
+}
+
+
+def test_submit_view_sends_numbers_checkboxes_and_dates_as_slack_does(
+    standin: SlackStandIn, client: WebClient, bot: RecordingBot
+) -> None:
+    view = open_modal_on_click(standin, client, bot, TYPED_MODAL)
+
+    standin.submit_view(
+        "U0ALICE",
+        view,
+        {
+            "amount": {"value": "12.5"},
+            "items": {"value": "3"},
+            "agree": {"value": ["true"]},
+            "ship_by": {"value": "2026-03-01"},
+        },
+    )
+
+    assert bot.received[-1].payload()["view"]["state"]["values"] == {
+        "amount": {"value": {"type": "number_input", "value": "12.5"}},
+        "items": {"value": {"type": "number_input", "value": "3"}},
+        "agree": {"value": {"type": "checkboxes", "selected_options": [YES]}},
+        "ship_by": {"value": {"type": "datepicker", "selected_date": "2026-03-01"}},
+        "note": {"value": {"type": "plain_text_input", "value": None}},
+    }
+    again = open_modal_on_click(standin, client, bot, TYPED_MODAL)
+    standin.submit_view("U0ALICE", again, {"amount": {"value": "1"}, "items": {"value": "1"}})
+    left_empty = bot.received[-1].payload()["view"]["state"]["values"]
+    assert left_empty["agree"] == {"value": {"type": "checkboxes", "selected_options": []}}
+    assert left_empty["ship_by"] == {"value": {"type": "datepicker", "selected_date": None}}
+
+
+@pytest.mark.parametrize(
+    ("entered", "refusal"),
+    [
+        ({"amount": "twelve"}, "takes a number"),
+        ({"items": "2.5"}, "takes a whole number"),
+        ({"items": "0"}, "within its min_value 1"),
+        ({"amount": "500.5"}, "within its max_value 500"),
+        ({"ship_by": "2026-02-30"}, "gives a date YYYY-MM-DD"),
+        ({"note": "ab"}, "takes 3..3000 characters"),
+        ({"agree": "maybe"}, "no option 'maybe'"),
+    ],
+)
+def test_submit_view_refuses_what_slacks_client_would_not_send(
+    standin: SlackStandIn,
+    client: WebClient,
+    bot: RecordingBot,
+    entered: dict[str, str],
+    refusal: str,
+) -> None:
+    view = open_modal_on_click(standin, client, bot, TYPED_MODAL)
+    sent = len(bot.received)
+    values = {"amount": "1", "items": "1", **entered}
+
+    with pytest.raises(StandInError, match=refusal):
+        standin.submit_view("U0ALICE", view, {k: {"value": v} for k, v in values.items()})
+    assert len(bot.received) == sent
+
+
+@pytest.mark.parametrize(
+    ("block", "pointer"),
+    [
+        (
+            _input(
+                "a", {"type": "plain_text_input"}, hint={"type": "plain_text", "text": "h" * 2001}
+            ),
+            "/hint/text",
+        ),
+        (_input("a", {"type": "checkboxes", "options": [YES] * 11}), "/element/options"),
+        (
+            _input(
+                "a",
+                {
+                    "type": "static_select",
+                    "options": [{"text": {"type": "plain_text", "text": "x" * 76}, "value": "1"}],
+                },
+            ),
+            "/element/options/0/text/text",
+        ),
+        (
+            _input(
+                "a",
+                {
+                    "type": "static_select",
+                    "options": [{"text": {"type": "plain_text", "text": "x"}, "value": "v" * 151}],
+                },
+            ),
+            "/element/options/0/value",
+        ),
+        (_input("a", {"type": "number_input"}), "/element"),
+        (
+            _input(
+                "a",
+                {
+                    "type": "number_input",
+                    "is_decimal_allowed": False,
+                    "min_value": "5",
+                    "max_value": "1",
+                },
+            ),
+            "/element/min_value",
+        ),
+        (
+            _input("a", {"type": "number_input", "is_decimal_allowed": True, "max_value": "lots"}),
+            "/element/max_value",
+        ),
+        (
+            _input("a", {"type": "plain_text_input", "min_length": 10, "max_length": 5}),
+            "/element/min_length",
+        ),
+        (
+            _input("a", {"type": "datepicker", "initial_date": "03/01/2026"}),
+            "/element/initial_date",
+        ),
+        (
+            _input(
+                "a",
+                {"type": "datepicker", "placeholder": {"type": "plain_text", "text": "p" * 151}},
+            ),
+            "/element/placeholder/text",
+        ),
+    ],
+)
+def test_an_input_slack_would_refuse_is_not_opened(
+    standin: SlackStandIn,
+    client: WebClient,
+    bot: RecordingBot,
+    block: dict[str, Any],
+    pointer: str,
+) -> None:
+    view = open_modal_on_click(standin, client, bot)
+
+    with pytest.raises(SlackApiError) as raised:
+        client.views_update(view_id=view.id, view={**REASON_MODAL, "blocks": [block]})
+
+    assert raised.value.response["error"] == "invalid_arguments"
+    assert any(
+        f"/view/blocks/0{pointer}]" in e
+        for e in raised.value.response["response_metadata"]["messages"]
+    )
 
 
 # Fault injection

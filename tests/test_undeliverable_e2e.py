@@ -13,6 +13,7 @@ from slack_sdk import WebClient
 
 from bot.blockkit import ids
 from store.models import Status, TaskState
+from tests.support import resume_targets
 from tests.support.slack_env import (
     ADMIN,
     ALICE,
@@ -88,9 +89,10 @@ def test_an_archived_channel_ends_the_handoff_undeliverable_and_the_run_is_told(
     assert handoff_id in listed
     assert "_undeliverable_" in listed and "is_archived" in listed
     retry = _reply(slack, f"retry {handoff_id}")
-    assert "undeliverable" in retry and "ask again" in retry
+    assert "undeliverable" in retry and "redeliver it" in retry
     reassign = _reply(slack, f"reassign {handoff_id} <#{OTHER}|other>")
     assert "could not be delivered" in reassign
+    assert f"/handoff redeliver {handoff_id}" in reassign
     assert slack.handoffs.get(handoff_id).status is Status.UNDELIVERABLE
     assert (len(_posts(slack, CHANNEL)), _posts(slack, OTHER)) == (1, [])
 
@@ -140,3 +142,74 @@ def test_a_reassignment_after_the_old_message_was_deleted_links_the_new_one(
     # The decision is shown on the new message, though the old one is gone.
     wait_for(lambda: slack.handoffs.get(handoff_id).notify.state is TaskState.COMPLETED)
     assert _buttons(slack.standin.message(OTHER, new.ts).blocks) == set()
+
+
+def test_a_reassignment_while_its_post_is_refused_for_good_is_posted_in_the_new_channel(
+    slack: SlackEnv,
+) -> None:
+    # Slack takes a moment to refuse the post (the channel is archived); meanwhile an admin
+    # moves the handoff elsewhere. The reassignment, asked for while the last attempt ran,
+    # gets a fresh round: the handoff is posted in the new channel, never undeliverable.
+    slack.standin.fail_next("chat.postMessage", error="is_archived", delay=3.0)
+    handoff_id = slack.refund_approval()
+    wait_for(lambda: "delivery_started" in [e.event for e in slack.handoffs.audit(handoff_id)])
+    slack.handoffs.store.reassign(handoff_id, by=ADMIN, channel=OTHER)
+
+    wait_for(lambda: slack.handoffs.get(handoff_id).message_refs.get("channel") == OTHER)
+    handoff = slack.handoffs.get(handoff_id)
+    assert handoff.status is Status.PENDING
+    assert handoff.delivery.state is TaskState.COMPLETED
+    assert [c.http_status for c in _posts(slack, CHANNEL)] == [200]  # refused: ok false
+    assert slack.standin.messages(CHANNEL) == []
+    events = slack.handoffs.audit(handoff_id)
+    [refused] = [e for e in events if e.event == "delivery_attempt_failed"]
+    assert refused.detail["requeued"] is True and "is_archived" in refused.detail["error"]
+    assert not {"delivery_failed", "undeliverable"} & {e.event for e in events}
+    [new] = slack.standin.messages(OTHER)
+    assert ids.APPROVE in _buttons(new.blocks)
+
+    slack.standin.click(ALICE, new, ids.APPROVE)
+    assert slack.resumed(handoff_id)["status"] == "approved"
+
+
+def test_an_admin_redelivers_an_undeliverable_handoff_to_another_channel_and_its_run_resumes(
+    slack: SlackEnv,
+) -> None:
+    slack.standin.fail_next("chat.postMessage", error="is_archived")
+    old_id = slack.refund_approval()
+    assert slack.resumed(old_id)["status"] == "undeliverable"
+    still_pending = slack.refund_approval(run_id="run-other")
+    slack.posted(still_pending)
+
+    # Only admins redeliver, and only an undeliverable handoff: refusals change nothing.
+    refused = slack.command(ALICE, f"redeliver {old_id} {OTHER}")
+    assert "Only handoff admins" in refused.text
+    assert "not undeliverable" in _reply(slack, f"redeliver {still_pending} {OTHER}")
+    assert "redelivered" not in [e.event for e in slack.handoffs.audit(old_id)]
+    assert slack.handoffs.list_pending(run_id="run-refund").items == []
+
+    answer = _reply(slack, f"redeliver {old_id} {OTHER}")
+
+    [link] = [e for e in slack.handoffs.audit(old_id) if e.event == "redelivered"]
+    new_id = link.detail["handoff_id"]
+    assert link.actor == ADMIN and new_id in answer
+    message = slack.posted(new_id)
+    assert message.channel == OTHER and ids.APPROVE in _buttons(message.blocks)
+    again = _reply(slack, f"redeliver {old_id}")
+    assert "redelivered already" in again and new_id in again
+    slack.standin.click(ALICE, message, ids.APPROVE)
+
+    resumed = slack.resumed(new_id)
+    assert resumed["status"] == "approved"
+    assert resumed["resume_data"]["decided_by"] == ALICE
+    new = slack.handoffs.get(new_id)
+    assert (new.run_id, new.redelivered_from) == ("run-refund", old_id)
+    # The old handoff stays undeliverable, resumed once; the run is resumed once per handoff.
+    old = slack.handoffs.get(old_id)
+    assert old.status is Status.UNDELIVERABLE and old.resume.attempt == 1
+    entries = [json.loads(raw) for raw in slack.redis.lrange(resume_targets.COMPLETED, 0, -1)]
+    assert sorted((e["handoff_id"], e["status"]) for e in entries) == sorted(
+        [(old_id, "undeliverable"), (new_id, "approved")]
+    )
+    assert [m.ts for m in slack.standin.messages(OTHER) if m.thread_ts is None] == [message.ts]
+    assert "not undeliverable" in _reply(slack, f"redeliver {new_id}")  # approved now

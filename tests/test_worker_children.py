@@ -135,11 +135,13 @@ def test_a_delivery_under_way_in_a_killed_slack_worker_is_posted_once_by_the_nex
     os.kill(slack_worker.pid, signal.SIGKILL)
     killed_at = time.monotonic()
 
-    message = slack.posted(handoff_id, timeout=15)
-    assert time.monotonic() - killed_at < 10
+    message = slack.posted(handoff_id, timeout=30)
+    # Far below RQ's clean-up of abandoned jobs (600 s); loose for a loaded machine.
+    assert time.monotonic() - killed_at < 30
     delivery = handoffs.get(handoff_id).delivery
     assert delivery.state is TaskState.COMPLETED
-    assert delivery.attempt == 2
+    # A later attempt posted it (on a loaded machine the second may run out of its 3 s too).
+    assert delivery.attempt >= 2
     assert [m.ts for m in slack.standin.messages(CHANNEL)] == [message.ts]
     assert worker.poll() is None
 

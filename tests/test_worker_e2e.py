@@ -54,7 +54,8 @@ def test_decided_handoff_is_delivered_and_resumed_once_with_its_decision(
     assert resumed["handoff_id"] == handoff_id
     assert resumed["status"] == "approved"
     assert resumed["resume_data"]["decided_by"] == "U_ALICE"
-    assert resumed["resume_data"]["edited_args"] == {"amount": 25}
+    # The decision carries the whole arguments as approved: the edit merged over the request's.
+    assert resumed["resume_data"]["edited_args"] == {"order_id": "A-1", "amount": 25}
     assert resumed["attempt"] == 1
     assert resumed["idempotency_key"] == handoff_id
     wait_until(lambda: handoffs.get(handoff_id).notify.state is TaskState.COMPLETED)

@@ -7,9 +7,13 @@ Framework adapters live in ``worker.adapters`` and are imported from there (this
 imports no agent framework)."""
 
 from store.exceptions import (
+    ActionDigestMismatch,
     AlreadyDecided,
+    AlreadyVoted,
+    ArgumentsChanged,
     ClaimedByOther,
     ClaimRequired,
+    ConditionTooCostly,
     ConfigurationError,
     HandoffError,
     HandoffNotFound,
@@ -17,8 +21,13 @@ from store.exceptions import (
     InvalidDecision,
     InvalidHandoffRequest,
     InvalidResumeTarget,
+    MasterCutOff,
     NotRetryable,
     PayloadTooLarge,
+    ReplicasNotConfirmed,
+    RequesterMayNotVote,
+    TooManyVotes,
+    VoteRefused,
 )
 from store.settings import StoreSettings
 from worker.adapters.decorators import (
@@ -33,11 +42,15 @@ from worker.client import Handoffs, RequestOptions
 from worker.notifier import LoggingNotifier, Notifier
 
 __all__ = [
+    "ActionDigestMismatch",
     "AlreadyDecided",
+    "AlreadyVoted",
     "ApprovalRejected",
+    "ArgumentsChanged",
     "AsyncHandoffs",
     "ClaimRequired",
     "ClaimedByOther",
+    "ConditionTooCostly",
     "ConfigurationError",
     "DecisionTimeout",
     "HandoffError",
@@ -48,12 +61,17 @@ __all__ = [
     "InvalidHandoffRequest",
     "InvalidResumeTarget",
     "LoggingNotifier",
+    "MasterCutOff",
     "NotRetryable",
     "Notifier",
     "PayloadTooLarge",
     "QuestionDeclined",
+    "ReplicasNotConfirmed",
     "RequestOptions",
+    "RequesterMayNotVote",
     "StoreSettings",
+    "TooManyVotes",
+    "VoteRefused",
     "ask_human",
     "require_approval",
 ]

@@ -13,6 +13,7 @@ from typing import Any, Unpack
 
 import redis.asyncio as aioredis
 
+from store.connection import open_async_client
 from store.models import AuditEvent, Handoff, Page, RequestType, Status
 from worker.client import Handoffs, RequestOptions, check_request_options
 
@@ -37,7 +38,8 @@ class AsyncHandoffs:
     def from_url(cls, url: str, **options: Any) -> AsyncHandoffs:
         """Connect to Redis at ``url``, configured from the environment's HANDOFF_*
         settings as ``Handoffs.from_url`` is; ``options`` are those of ``Handoffs``."""
-        return cls(Handoffs.from_url(url, **options), aioredis.Redis.from_url(url))
+        handoffs = Handoffs.from_url(url, **options)  # checks the URL first
+        return cls(handoffs, open_async_client(url))
 
     async def request_approval(
         self,
@@ -72,6 +74,7 @@ class AsyncHandoffs:
         thread_id: str,
         question: str,
         choices: Sequence[str] | None = None,
+        answer_schema: dict[str, Any] | None = None,
         **options: Unpack[RequestOptions],
     ) -> Handoff:
         """See ``Handoffs.ask``."""
@@ -82,6 +85,7 @@ class AsyncHandoffs:
             thread_id=thread_id,
             question=question,
             choices=choices,
+            answer_schema=answer_schema,
             **options,
         )
 
@@ -151,6 +155,7 @@ class AsyncHandoffs:
         by: str,
         comment: str | None = None,
         answer: str | None = None,
+        answer_data: dict[str, Any] | None = None,
         edited_args: dict[str, Any] | None = None,
         corrected_draft: str | None = None,
         via: str = "api",
@@ -163,6 +168,7 @@ class AsyncHandoffs:
             by=by,
             comment=comment,
             answer=answer,
+            answer_data=answer_data,
             edited_args=edited_args,
             corrected_draft=corrected_draft,
             via=via,

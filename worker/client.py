@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import functools
 import inspect
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
@@ -12,12 +13,17 @@ from typing import Any, TypedDict, Unpack
 
 from pydantic import ValidationError
 from redis import Redis
-from redis.connection import parse_url
+from redis.client import PubSub
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from store import defaults
+from store.connection import parse_redis_url
 from store.exceptions import ConfigurationError, InvalidHandoffRequest
 from store.ids import new_handoff_id
 from store.keys import KeySpace
+from store.lost_attempts import retry_warning
+from store.lua import ReplicaAcks
 from store.models import (
     AuditEvent,
     Handoff,
@@ -27,13 +33,21 @@ from store.models import (
     Status,
     TaskKind,
 )
+from store.policies import RoutingPolicy
 from store.repository import HandoffStore, StoreConfig, TaskPolicy
-from store.settings import REDIS_URL_FORMS, StoreSettings
+from store.settings import StoreSettings
 from worker.resume_targets import resolve_target
+from worker.tracing import current_trace_context
+
+logger = logging.getLogger(__name__)
 
 # While waiting, re-read the handoff this often in case a pub/sub message was missed
 # (for example across a reconnect). Decisions normally arrive by push, not by this.
 _WAIT_RECHECK_SECONDS = 5.0
+
+_RESUBSCRIBE_PAUSE_SECONDS = 0.5
+"""Pause between attempts to subscribe again while Redis is unreachable (a failover takes
+seconds)."""
 
 
 class RequestOptions(TypedDict, total=False):
@@ -141,6 +155,8 @@ class Handoffs:
         default_reviewers: Sequence[str] = (),
         default_expires_in: timedelta | None = None,
         resume_modules: Sequence[str] | None = None,
+        policy: RoutingPolicy | None = None,
+        replica_acks: ReplicaAcks | None = None,
     ) -> None:
         self.redis = redis
         # None: this process's HANDOFF_RESUME_MODULES (worker.resume_targets).
@@ -153,6 +169,9 @@ class Handoffs:
                 retention_seconds=retention.total_seconds(),
                 tasks=tasks or TaskPolicy(),
                 resume_modules=self._resume_modules or (),
+                # Routing is the store's, so the client is routed as the API is.
+                policy=policy,
+                replica_acks=replica_acks or ReplicaAcks(),
             ),
         )
         self.default_channel = default_channel
@@ -169,9 +188,9 @@ class Handoffs:
         decision whose reply was lost returns what it did. Raises ``ConfigurationError``
         naming the variable when a setting is malformed."""
         try:
-            parse_url(url)
-        except ValueError:
-            raise ConfigurationError(f"from_url: not a Redis URL; use {REDIS_URL_FORMS}") from None
+            parse_redis_url(url)
+        except ValueError as exc:
+            raise ConfigurationError(f"from_url: {exc}") from None
         return cls.from_settings(StoreSettings.from_env(redis_url=url), **options)
 
     @classmethod
@@ -194,6 +213,8 @@ class Handoffs:
             "retention": timedelta(seconds=config.retention_seconds),
             "tasks": config.tasks,
             "resume_modules": config.resume_modules,
+            "policy": config.policy,
+            "replica_acks": config.replica_acks,
         }
         client = redis if redis is not None else settings.open_redis()
         return cls(client, **{**from_settings, **options})
@@ -209,11 +230,16 @@ class Handoffs:
         args: dict[str, Any] | None = None,
         args_schema: dict[str, Any] | None = None,
         description: str | None = None,
+        approvals_required: int = 1,
+        rejections_required: int = 1,
         **options: Unpack[RequestOptions],
     ) -> Handoff:
         """Ask a person whether the agent may perform ``action`` with ``args``.
 
-        The decision is ``approved`` (possibly with ``edited_args``) or ``rejected``.
+        The decision is ``approved`` (possibly with ``edited_args``) or ``rejected``. With
+        ``approvals_required=N`` it takes N approvals from distinct eligible people (the
+        requester never counts); ``rejections_required`` rejections reject it (default 1:
+        the first rejection is a veto).
         """
         check_request_options(Handoffs.request_approval, options)
         payload = {
@@ -224,6 +250,8 @@ class Handoffs:
                 "args_schema": args_schema,
                 "description": description,
             },
+            "approvals_required": approvals_required,
+            "rejections_required": rejections_required,
         }
         return self.request(
             RequestType.APPROVAL, payload, run_id=run_id, thread_id=thread_id, **options
@@ -236,14 +264,25 @@ class Handoffs:
         thread_id: str,
         question: str,
         choices: Sequence[str] | None = None,
+        answer_schema: dict[str, Any] | None = None,
         **options: Unpack[RequestOptions],
     ) -> Handoff:
-        """Ask a person a question; the decision is ``answered`` with the answer text."""
+        """Ask a person a question; the decision is ``answered`` with the answer text.
+
+        ``answer_schema`` asks for a typed answer: the JSON Schema of a flat object (string,
+        number, integer, boolean, enum and date fields), filled in one input per field in
+        Slack; the decision carries the object in ``resume_data.answer_data``. Example::
+
+            handoffs.ask(run_id=r, thread_id=t, question="Refund?", answer_schema={
+                "type": "object", "required": ["amount"],
+                "properties": {"amount": {"type": "number", "minimum": 0}}})
+        """
         check_request_options(Handoffs.ask, options)
         payload = {
             "kind": "question",
             "question": question,
             "choices": list(choices) if choices is not None else None,
+            "answer_schema": answer_schema,
         }
         return self.request(
             RequestType.QUESTION, payload, run_id=run_id, thread_id=thread_id, **options
@@ -338,6 +377,8 @@ class Handoffs:
                     "escalate_after_seconds": _seconds(options.get("escalate_after")),
                     "escalate_to": options.get("escalate_to"),
                     "metadata": options.get("metadata") or {},
+                    # The agent's trace, continued by the delivery, decision and resume.
+                    "trace_context": current_trace_context(),
                 }
             )
         except ValidationError as exc:
@@ -354,25 +395,79 @@ class Handoffs:
         """Block until the handoff is decided (or expired/cancelled) and return it.
 
         The decision is pushed over Redis pub/sub, so this returns within milliseconds of
-        it, without polling. Raises ``TimeoutError`` after ``timeout`` seconds.
+        it, without polling. Raises ``TimeoutError`` after ``timeout`` seconds. With replica
+        acks, a decision is returned once that many replicas have it (see ``_confirmed``).
         """
+        channel = self.store.keys.decided_channel(handoff_id)
+        deadline = None if timeout is None else time.monotonic() + timeout
         pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
-        pubsub.subscribe(self.store.keys.decided_channel(handoff_id))
         try:
+            pubsub.subscribe(channel)
             # Subscribed first, then read: a decision between the two is not missed.
             handoff = self.store.get(handoff_id)
-            deadline = None if timeout is None else time.monotonic() + timeout
-            while handoff.is_pending:
-                remaining = _WAIT_RECHECK_SECONDS
-                if deadline is not None:
-                    remaining = min(remaining, deadline - time.monotonic())
-                    if remaining <= 0:
-                        raise TimeoutError(f"handoff {handoff_id} still pending after {timeout} s")
-                pubsub.get_message(timeout=remaining)
-                handoff = self.store.get(handoff_id)
-            return handoff
+            while True:
+                while handoff.is_pending:
+                    remaining = _WAIT_RECHECK_SECONDS
+                    if deadline is not None:
+                        remaining = min(remaining, deadline - time.monotonic())
+                        if remaining <= 0:
+                            raise TimeoutError(
+                                f"handoff {handoff_id} still pending after {timeout} s"
+                            )
+                    try:
+                        pubsub.get_message(timeout=remaining)
+                        handoff = self.store.get(handoff_id)
+                    except (RedisConnectionError, RedisTimeoutError):
+                        # The server went away (a restart, a failover): subscribe again, on
+                        # whichever server is the master now, and read again.
+                        pubsub.close()
+                        pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
+                        handoff = self._resubscribe(pubsub, channel, handoff_id, deadline)
+                handoff = self._confirmed(handoff, deadline, timeout)
+                if not handoff.is_pending:
+                    return handoff
         finally:
             pubsub.close()
+
+    def _confirmed(
+        self, handoff: Handoff, deadline: float | None, timeout: float | None
+    ) -> Handoff:
+        """``handoff``, decided, once the replicas HANDOFF_MIN_REPLICA_ACKS asks for have its
+        decision: one they lack may be undone by a failover (its reviewer was told to try
+        again), and the run must not act on it. Until then the decision is read again (a
+        failover may have undone it: then the wait goes on)."""
+        while True:
+            try:
+                self.store.confirm_replicated(handoff.id)
+                return handoff
+            except (RedisConnectionError, RedisTimeoutError):  # ReplicasNotConfirmed too
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise TimeoutError(
+                        f"handoff {handoff.id} not confirmed decided after {timeout} s "
+                        "(its decision is not on enough replicas yet)"
+                    ) from None
+                time.sleep(_RESUBSCRIBE_PAUSE_SECONDS)
+                try:
+                    handoff = self.store.get(handoff.id)
+                except (RedisConnectionError, RedisTimeoutError):
+                    continue
+                if handoff.is_pending:
+                    return handoff  # undone by a failover: wait for the decision again
+
+    def _resubscribe(
+        self, pubsub: PubSub, channel: str, handoff_id: str, deadline: float | None
+    ) -> Handoff:
+        """Subscribe ``pubsub`` to ``channel`` and read the handoff, trying again while
+        Redis is unreachable, until ``deadline``."""
+        while True:
+            try:
+                pubsub.subscribe(channel)
+                return self.store.get(handoff_id)
+            except (RedisConnectionError, RedisTimeoutError):
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise
+                pubsub.reset()
+                time.sleep(_RESUBSCRIBE_PAUSE_SECONDS)
 
     def list_pending(
         self,
@@ -408,12 +503,14 @@ class Handoffs:
         by: str,
         comment: str | None = None,
         answer: str | None = None,
+        answer_data: dict[str, Any] | None = None,
         edited_args: dict[str, Any] | None = None,
         corrected_draft: str | None = None,
         via: str = "api",
     ) -> Handoff:
         """Decide a handoff from code (tests, other UIs). First decision wins; a later one
-        raises ``AlreadyDecided`` naming who decided first."""
+        raises ``AlreadyDecided`` naming who decided first. A question with an
+        ``answer_schema`` is answered with ``answer_data`` that fits it."""
         return self.store.decide(
             handoff_id,
             outcome,
@@ -421,6 +518,7 @@ class Handoffs:
             via=via,
             comment=comment,
             answer=answer,
+            answer_data=answer_data,
             edited_args=edited_args,
             corrected_draft=corrected_draft,
         )
@@ -437,8 +535,16 @@ class Handoffs:
         return self.store.claim(handoff_id, claimed_by=by, take_over=take_over)
 
     def retry_resume(self, handoff_id: str, *, by: str = "api") -> Handoff:
-        """Give a resume that failed after all its attempts another round of attempts."""
-        return self.store.retry_task(handoff_id, TaskKind.RESUME, requested_by=by)
+        """Give a resume that failed after all its attempts another round of attempts.
+
+        When its last attempt was lost (fenced out before it reported), the target may have
+        run to completion already: a warning says so, as `handoff retry` does, since the
+        target is called again (with the same idempotency key)."""
+        warning = retry_warning(self.store.get(handoff_id).resume)
+        retried = self.store.retry_task(handoff_id, TaskKind.RESUME, requested_by=by)
+        if warning:
+            logger.warning("retrying the resume of %s: %s", handoff_id, warning)
+        return retried
 
 
 def pending_index(

@@ -20,11 +20,13 @@ import threading
 import time
 from dataclasses import dataclass
 
+from redis.exceptions import RedisError
 from rq.job import JobStatus
 
 from store import defaults
 from store.decoding import as_text
 from store.repository import DueTask, HandoffStore
+from worker import metrics
 from worker.queues import JOB_FUNCTIONS, TaskQueues
 
 logger = logging.getLogger(__name__)
@@ -92,15 +94,19 @@ class Dispatcher:
                 report = self.tick()
                 if report.dispatched < self.batch and report.expired < self.batch:
                     self.store.wait_for_work(self.interval)
-            except Exception:
+            except Exception as exc:
                 # Redis restarting or unreachable: keep trying; nothing is lost meanwhile.
                 logger.exception("dispatcher pass failed; retrying")
+                if isinstance(exc, RedisError):
+                    metrics.count_redis_error("dispatcher")
                 stop.wait(self.interval)
 
     def _enqueue(self, due: list[DueTask]) -> None:
         keys = self.store.keys
         waiting = self._still_waiting(due)
-        with self.store.redis.pipeline() as pipe:
+        # The queue's connection: RQ's jobs and our note of each task's job live with the
+        # queues, which may be on a Redis of their own (HANDOFF_QUEUE_REDIS_URL).
+        with self.queues.resumes.connection.pipeline() as pipe:
             for task in due:
                 if task in waiting:
                     continue
@@ -126,7 +132,7 @@ class Dispatcher:
     def _still_waiting(self, due: list[DueTask]) -> set[DueTask]:
         """The tasks whose last job is still queued, not taken by a worker (a job a worker
         took, even one that it never marked started, may have died with it)."""
-        redis = self.store.redis
+        redis = self.queues.resumes.connection
         job_ids = redis.mget(
             [self.store.keys.dispatched_job(task.kind.value, task.handoff_id) for task in due]
         )

@@ -17,31 +17,51 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from redis import Redis
+from redis.exceptions import RedisError
 from rq import get_current_job
 from rq.timeouts import JobTimeoutException
 
 from store import defaults
+from store.approved_action import check_approved_action
+from store.exceptions import ActionDigestMismatch
+from store.lua import ReplicaAcks
 from store.models import Handoff, PostWindow, TaskKind
 from store.repository import UNCHANGED, HandoffStore, StoreConfig, TaskStart
+from worker import metrics
 from worker.killable import AttemptFailed, AttemptTimedOut, KillableProcess, TargetRaised
 from worker.notifier import Attempt, DeliveryFailed, LoggingNotifier, Notifier, Undeliverable
 from worker.resume_targets import ResumeTargetRefused, call_target, resolve_target
+from worker.tracing import attached, current_trace_context, flush_forked, span
 from worker.webhooks import WebhookConfig, send_callback
 
 logger = logging.getLogger(__name__)
 
 _notifier: Notifier = LoggingNotifier()
 _webhooks = WebhookConfig()
+_store_redis: Redis | None = None
+_replica_acks = ReplicaAcks()
 
 
-def configure(*, notifier: Notifier | None = None, webhooks: WebhookConfig | None = None) -> None:
+def configure(
+    *,
+    notifier: Notifier | None = None,
+    webhooks: WebhookConfig | None = None,
+    store_redis: Redis | None = None,
+    replica_acks: ReplicaAcks | None = None,
+) -> None:
     """Set the notifier delivery jobs use, and how callbacks are sent, in this process (and
-    the work horses it forks)."""
-    global _notifier, _webhooks
+    the work horses it forks); ``store_redis``: the store's client when it is not RQ's own
+    connection (``HANDOFF_QUEUE_REDIS_URL``); ``replica_acks``: the replicas a task's start
+    and end wait for (``HANDOFF_MIN_REPLICA_ACKS``)."""
+    global _notifier, _webhooks, _store_redis, _replica_acks
     if notifier is not None:
         _notifier = notifier
     if webhooks is not None:
         _webhooks = webhooks
+    if store_redis is not None:
+        _store_redis = store_redis
+    if replica_acks is not None:
+        _replica_acks = replica_acks
 
 
 def run_delivery(namespace: str, handoff_id: str) -> str:
@@ -61,6 +81,15 @@ def run_resume(namespace: str, handoff_id: str) -> str:
     callback URL (``worker.webhooks``)."""
 
     def resume(store: HandoffStore, handoff: Handoff, attempt: Attempt) -> dict[str, Any] | None:
+        try:
+            # Whatever resumes it, an approval runs only as approved: stored arguments
+            # changed after the decision are refused here, loudly and for good.
+            check_approved_action(handoff)
+        except ActionDigestMismatch as exc:
+            detail = {"approved": exc.approved, "running": exc.running}
+            store.record_audit(handoff.id, "action_refused", actor="worker", detail=detail)
+            logger.error("%s", exc, extra={"handoff_id": handoff.id})
+            raise
         if handoff.callback is not None:
             # In this process, with the webhook's own timeout (well inside the job's): no
             # agent code runs, only an HTTP request.
@@ -78,6 +107,8 @@ def run_resume(namespace: str, handoff_id: str) -> str:
             "target": path,
             "attempt": attempt.number,
             "handoff": handoff.model_dump(mode="json"),
+            # The target runs in this span (handoff.resume), else in the agent's trace.
+            "trace_context": current_trace_context() or handoff.trace_context,
         }
         try:
             _resume_process.run(json.dumps(request).encode(), timeout=timeout)
@@ -103,7 +134,12 @@ def _call_resume_target(payload: bytes) -> None:
     """In the resume process: call the target a ``run_resume`` job sent."""
     request = json.loads(payload)
     handoff = Handoff.model_validate(request["handoff"])
-    call_target(resolve_target(request["target"]), handoff, attempt=request["attempt"])
+    target = resolve_target(request["target"])  # the agent's module may load OpenTelemetry
+    try:
+        with attached(request.get("trace_context")):
+            call_target(target, handoff, attempt=request["attempt"])
+    finally:
+        flush_forked()
 
 
 _resume_process = KillableProcess(_call_resume_target)
@@ -141,13 +177,25 @@ def run_escalate(namespace: str, handoff_id: str) -> str:
     return _run_task(namespace, handoff_id, TaskKind.ESCALATE, escalate)
 
 
+SPAN_NAMES = {
+    TaskKind.DELIVER: "handoff.deliver",
+    TaskKind.RESUME: "handoff.resume",
+    TaskKind.NOTIFY: "handoff.update",
+    TaskKind.REMIND: "handoff.remind",
+    TaskKind.ESCALATE: "handoff.escalate",
+}
+"""The span each task runs in (``worker.tracing``): a child of the agent's stored trace."""
+
+
 def _run_task(
     namespace: str,
     handoff_id: str,
     kind: TaskKind,
     work: Callable[[HandoffStore, Handoff, Attempt], dict[str, Any] | None],
 ) -> str:
-    store = HandoffStore(_connection(), StoreConfig(namespace=namespace))
+    store = HandoffStore(
+        _connection(), StoreConfig(namespace=namespace, replica_acks=_replica_acks)
+    )
     start = store.begin_task(handoff_id, kind, run_token=uuid.uuid4().hex)
     if start.action != "run" or start.handoff is None:
         logger.info("%s of %s skipped: %s", kind.value, handoff_id, start.action)
@@ -155,7 +203,17 @@ def _run_task(
     attempt = Attempt(start.attempt, start.started_at, start.unanswered)
     context = {"handoff_id": handoff_id, "run_id": start.handoff.run_id, "attempt": start.attempt}
     try:
-        refs = work(store, start.handoff, attempt)
+        with span(
+            SPAN_NAMES[kind],
+            start.handoff.trace_context,
+            {
+                "handoff.id": handoff_id,
+                "handoff.run_id": start.handoff.run_id,
+                "handoff.request_type": start.handoff.request_type.value,
+                "handoff.attempt": start.attempt,
+            },
+        ):
+            refs = work(store, start.handoff, attempt)
     except DeliveryFailed as exc:
         # The notifier says what it left: a rate limit to wait out, a post to look for.
         logger.warning("%s attempt failed: %s", kind.value, exc, extra=context)
@@ -168,13 +226,18 @@ def _run_task(
             unanswered=exc.unanswered,
             message_refs=exc.message_refs,
         )
+        if outcome == "deferred":
+            metrics.count_retry_wait("deferred", exc.retry_after or 0.0)
     except Exception as exc:
-        # No retry can help: Slack refused the message for good (Undeliverable), or the
-        # resume target is not one this worker may import (ResumeTargetRefused).
-        permanent = isinstance(exc, Undeliverable | ResumeTargetRefused)
+        # No retry can help: Slack refused the message for good (Undeliverable), the
+        # resume target is not one this worker may import (ResumeTargetRefused), or the
+        # approved action is not the one stored now (ActionDigestMismatch).
+        permanent = isinstance(exc, Undeliverable | ResumeTargetRefused | ActionDigestMismatch)
         error = str(exc) if permanent else f"{type(exc).__name__}: {exc}"
         logger.warning("%s attempt failed: %s", kind.value, error, extra=context)
         logger.debug("%s", traceback.format_exc())
+        if isinstance(exc, RedisError):
+            metrics.count_redis_error("worker")
         outcome = store.finish_task(
             handoff_id,
             kind,
@@ -185,7 +248,9 @@ def _run_task(
         )
     else:
         outcome = store.finish_task(handoff_id, kind, attempt=start.attempt, message_refs=refs)
-        logger.info("%s %s", kind.value, outcome, extra=context)
+        event = f"{kind.value}_{outcome}"
+        logger.info("%s %s", kind.value, outcome, extra={**context, "event": event})
+    metrics.count_task(kind.value, outcome, start.attempt)
     return outcome
 
 
@@ -205,6 +270,8 @@ def _job_timeout() -> float:
 
 
 def _connection() -> Redis:
+    if _store_redis is not None:
+        return _store_redis
     job = get_current_job()
     if job is None:
         raise RuntimeError("run_delivery and run_resume run inside an RQ worker")

@@ -30,9 +30,14 @@ ResumeTarget = Callable[..., Any]
 RESUME_MODULES_SETTING = "HANDOFF_RESUME_MODULES"
 ALWAYS_ALLOWED = frozenset(
     {
+        "worker.adapters.agent_framework.agents:resume_run",
+        "worker.adapters.agent_framework.workflows:resume_workflow",
+        "worker.adapters.crewai.flows:resume_flow",
         "worker.adapters.decorators:run_approved_call",
         "worker.adapters.langgraph:resume_thread",
         "worker.adapters.openai_agents:resume_run",
+        "worker.adapters.pydantic_ai:resume_run",
+        "worker.adapters.temporal:deliver_decision",
     }
 )
 """The adapters' resume entry points, exactly: allowed whatever the setting says (they

@@ -28,10 +28,13 @@ from rq.exceptions import StopRequested
 from rq.serializers import JSONSerializer
 
 from store import defaults
-from store.exceptions import HandoffError
+from store.connection import open_client
+from store.exceptions import ConfigurationError, HandoffError
+from store.keys import KeySpace
+from store.metrics import FigureReader
 from store.models import TaskKind
 from store.repository import HandoffStore, StoreConfig
-from worker import jobs
+from worker import jobs, metrics
 from worker.dispatcher import Dispatcher
 from worker.notifier import Notifier
 from worker.queues import ProjectJob, TaskQueues, make_queue, slack_queue_name
@@ -99,7 +102,8 @@ class _StoppableRetry(Retry):
 
 def stop_retrying(redis: Redis) -> None:
     """Make a ``background_redis`` client give up at the next error instead of retrying."""
-    retry = redis.connection_pool.connection_kwargs.get("retry")
+    pool = getattr(redis, "connection_pool", None)  # a cluster client has one per node
+    retry = pool.connection_kwargs.get("retry") if pool is not None else None
     if isinstance(retry, _StoppableRetry):
         retry.stopping = True
 
@@ -115,7 +119,7 @@ def background_redis(redis_url: str, *, wait_seconds: float = defaults.REDIS_WAI
     # Equal jitter waits between half and all of each step: the first five steps add up
     # to about 1 s, then each adds about 0.75 s.
     retries = 5 + math.ceil(max(0.0, wait_seconds - 1) / (0.75 * REDIS_RETRY_CAP_SECONDS))
-    return Redis.from_url(
+    return open_client(
         redis_url,
         retry=_StoppableRetry(
             EqualJitterBackoff(base=REDIS_RETRY_BASE_SECONDS, cap=REDIS_RETRY_CAP_SECONDS),
@@ -139,6 +143,7 @@ def run_dispatcher(
     parent_pid: int | None = None,
     redis_wait_seconds: float = defaults.REDIS_WAIT_SECONDS,
     log_level: int | None = None,
+    queue_redis_url: str | None = None,
 ) -> None:
     """Run a dispatcher until interrupted (or until ``parent_pid`` is gone).
 
@@ -151,9 +156,14 @@ def run_dispatcher(
     if parent_pid is not None:
         _die_with_parent()
     redis = background_redis(redis_url, wait_seconds=redis_wait_seconds)
+    queue_redis = (
+        background_redis(queue_redis_url, wait_seconds=redis_wait_seconds)
+        if queue_redis_url
+        else redis
+    )
     dispatcher = Dispatcher(
         HandoffStore(redis, store_config),
-        TaskQueues.named(redis, queue_name),
+        TaskQueues.named(queue_redis, queue_name),
         interval=interval,
         dispatch_timeout=dispatch_timeout,
     )
@@ -180,8 +190,13 @@ def run_worker(
     redis_wait_seconds: float = defaults.REDIS_WAIT_SECONDS,
     work: WorkKind = "all",
     webhooks: WebhookConfig | None = None,
+    metrics_address: tuple[str, int] | None = None,
+    queue_redis_url: str | None = None,
 ) -> None:
     """Run RQ workers (JSON serializer) on the project's queues.
+
+    The queues live on ``queue_redis_url`` when given (``HANDOFF_QUEUE_REDIS_URL``: the
+    store on a Redis Cluster, which RQ does not run on), else beside the store.
 
     ``work`` "all" (the default) runs a pair: an RQ worker on the resume queue in this
     process and one on the queue of Slack work (``worker.queues``) in a child process, so
@@ -215,7 +230,13 @@ def run_worker(
     Resume targets (and the paths the adapters import) are imported only from
     ``store_config.resume_modules`` (``HANDOFF_RESUME_MODULES``), in this process and every
     process it forks; with none, from anywhere, and a warning says so.
+
+    With ``metrics_address`` (host, port), this process serves ``/metrics`` there
+    (``MetricsEndpoint``): the counts of all its processes and the store's figures.
     """
+    endpoint = None
+    if metrics_address is not None:
+        endpoint = MetricsEndpoint(metrics_address, redis_url, store_config.namespace)
     allow_resume_modules(store_config.resume_modules)
     if not store_config.resume_modules:
         logger.warning(
@@ -224,19 +245,36 @@ def run_worker(
             "agents' modules (comma-separated, e.g. myagent.steps)",
             RESUME_MODULES_SETTING,
         )
-    jobs.configure(notifier=notifier, webhooks=webhooks)
+    jobs.configure(
+        notifier=notifier,
+        webhooks=webhooks,
+        store_redis=(
+            background_redis(redis_url, wait_seconds=redis_wait_seconds)
+            if queue_redis_url
+            else None
+        ),
+        replica_acks=store_config.replica_acks,
+    )
+    rq_url = queue_redis_url or redis_url
     if burst:
-        _work_until_quiet(
-            redis_url,
-            store_config=store_config,
-            queue_name=queue_name,
-            dispatch=with_dispatcher,
-            dispatch_timeout=dispatch_timeout,
-            name=name,
-            fork=fork,
-            redis_wait_seconds=redis_wait_seconds,
-            work=work,
-        )
+        try:
+            if endpoint is not None:
+                endpoint.start()
+            _work_until_quiet(
+                redis_url,
+                store_config=store_config,
+                queue_name=queue_name,
+                dispatch=with_dispatcher,
+                dispatch_timeout=dispatch_timeout,
+                name=name,
+                fork=fork,
+                redis_wait_seconds=redis_wait_seconds,
+                work=work,
+                queue_redis_url=queue_redis_url,
+            )
+        finally:
+            if endpoint is not None:
+                endpoint.close()
         return
     children: list[_Child] = []
     if with_dispatcher:
@@ -255,6 +293,7 @@ def run_worker(
                     "parent_pid": os.getpid(),
                     "log_level": logging.getLogger().getEffectiveLevel(),
                     "redis_wait_seconds": redis_wait_seconds,
+                    "queue_redis_url": queue_redis_url,
                 },
             )
         )
@@ -266,7 +305,7 @@ def run_worker(
                 stop_seconds=SLACK_WORKER_STOP_SECONDS,
                 daemon=False,
                 target=_serve_queue_as_child,
-                args=(redis_url, slack_queue_name(queue_name)),
+                args=(rq_url, slack_queue_name(queue_name)),
                 kwargs={
                     "name": f"{name}-slack" if name else None,
                     "fork": fork,
@@ -279,8 +318,11 @@ def run_worker(
     supervisor = _Supervisor(children)
     supervisor.start()
     try:
+        if endpoint is not None:
+            # Once the children are forked: a process should not fork while threads run.
+            endpoint.start()
         _serve_queue(
-            redis_url,
+            rq_url,
             own_queue,
             name=name,
             fork=fork,
@@ -290,8 +332,46 @@ def run_worker(
         )
     finally:
         supervisor.stop()
+        if endpoint is not None:
+            endpoint.close()
     if supervisor.failure is not None:
         raise WorkerChildFailed(supervisor.failure)
+
+
+class MetricsEndpoint:
+    """``/metrics`` of a `handoff worker` (``--metrics-port``), served from a thread of its
+    first process: the counts of every process it runs (its RQ workers, its dispatcher, the
+    work horses of ``--fork``), added up through a multiprocess directory made here, before
+    any of them is forked, and the store's figures, read from Redis at each scrape."""
+
+    def __init__(self, address: tuple[str, int], redis_url: str, namespace: str) -> None:
+        self.address = address
+        self.redis_url = redis_url
+        self.namespace = namespace
+        self.directory = metrics.MultiprocessDirectory()
+        self._stop: Callable[[], None] | None = None
+
+    def start(self) -> None:
+        """Listen; a port that cannot be had is a ``ConfigurationError``."""
+        # A scrape gives up on a Redis that does not answer within seconds (the store's
+        # figures are then left out), rather than wait out an outage as the workers do.
+        redis = open_client(self.redis_url, socket_connect_timeout=2, socket_timeout=5)
+        reader = FigureReader(redis, KeySpace(self.namespace))
+        registry = metrics.exposition_registry(reader, process="worker")
+        host, port = self.address
+        try:
+            self._stop = metrics.serve_metrics(registry, host=host, port=port)
+        except OSError as exc:
+            raise ConfigurationError(
+                f"cannot serve metrics on {host}:{port} ({exc}): choose another --metrics-port"
+            ) from exc
+
+    def close(self) -> None:
+        """Stop serving, and remove the directory if it was made here."""
+        if self._stop is not None:
+            self._stop()
+            self._stop = None
+        self.directory.close()
 
 
 class WorkerChildFailed(HandoffError):
@@ -482,6 +562,7 @@ def _work_until_quiet(
     fork: bool,
     redis_wait_seconds: float,
     work: WorkKind,
+    queue_redis_url: str | None = None,
 ) -> None:
     """A burst: dispatch what is due, work the queues empty, and again, until no task of
     the served kinds is due (tasks retried or put off for later are left for later). In one
@@ -489,6 +570,8 @@ def _work_until_quiet(
     would stop with a due task undone."""
     redis = background_redis(redis_url, wait_seconds=redis_wait_seconds)
     store = HandoffStore(redis, store_config)
+    if queue_redis_url:
+        redis = background_redis(queue_redis_url, wait_seconds=redis_wait_seconds)
     queues = TaskQueues.named(redis, queue_name)
     served = {
         "all": queues.distinct,
@@ -548,6 +631,7 @@ def _serve_queue(
             # RQ ends its loop on an error it does not expect, such as Redis unreachable
             # for longer than the connection's retries: start again rather than exit.
             logger.warning("RQ worker stopped on an error; starting it again in 1 s")
+            metrics.count_redis_error("worker")
             time.sleep(1)
     except StopRequested:
         # A stop signal between two runs of RQ's loop, or before the next one installed its
@@ -591,7 +675,10 @@ class _SimpleWorker(_PromptStop, SimpleWorker):
 
 
 class _ForkWorker(_PromptStop, Worker):
-    pass
+    def main_work_horse(self, *args: Any, **kwargs: Any) -> None:
+        # Every job's horse counts into one set of files, not a set of its own each.
+        metrics.in_work_horse(os.getppid())
+        super().main_work_horse(*args, **kwargs)
 
 
 def _die_with_parent() -> None:

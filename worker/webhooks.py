@@ -14,8 +14,8 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
-import httpx
 from standardwebhooks import Webhook
 
 from store.api_keys import ApiKeys
@@ -23,6 +23,12 @@ from store.models import Handoff
 from store.public import HandoffView
 from store.repository import HandoffStore
 from worker.outbound import UnsafeUrl, check_url
+from worker.tracing import propagation_headers
+
+if TYPE_CHECKING:
+    # Imported where a callback is sent: it costs every worker ~0.2 s to import, and most
+    # deployments send none.
+    import httpx
 
 MAX_RESPONSE_BYTES = 4096
 USER_AGENT = "slack-handoff-webhooks/1"
@@ -64,6 +70,8 @@ def send_callback(store: HandoffStore, handoff: Handoff, config: WebhookConfig) 
         "webhook-id": message_id,
         "webhook-timestamp": str(int(sent_at.timestamp())),
         "webhook-signature": signature,
+        # The agent's trace (traceparent), continued by whoever receives the decision.
+        **propagation_headers(handoff.trace_context),
     }
     extensions = {}
     if checked.address is not None:
@@ -71,6 +79,8 @@ def send_callback(store: HandoffStore, handoff: Handoff, config: WebhookConfig) 
         # Host header, and the TLS server name its certificate is checked against).
         headers["host"] = _host_header(checked.url)
         extensions["sni_hostname"] = checked.host
+    import httpx
+
     try:
         status = asyncio.run(
             _post(checked.pinned_url(), body.encode(), headers, extensions, config)
@@ -98,6 +108,8 @@ async def _post(
     """POST within ``config.timeout_seconds`` in all: httpx's timeouts bound each read, so a
     receiver dripping a byte a second would hold the worker until the job's own timeout;
     ``asyncio.timeout`` bounds the whole exchange."""
+    import httpx
+
     async with asyncio.timeout(config.timeout_seconds):
         async with (
             httpx.AsyncClient(timeout=config.timeout_seconds, follow_redirects=False) as client,

@@ -18,7 +18,7 @@ from slack_bolt.authorization.authorize import Authorize
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
-from bot.slack_client import AMBIGUOUS_ERRORS
+from bot.slack_client import AMBIGUOUS_ERRORS, metered
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ class BotIdentity(Authorize):
 
     def _ask(self, client: WebClient) -> AuthorizeResult | None:
         try:
-            answer = client.auth_test(token=self.token)
+            answer = metered(client).auth_test(token=self.token)
         except SlackApiError as exc:
             if exc.response.status_code < 429:
                 raise  # Slack answered (say, invalid_auth): Bolt tells the person

@@ -95,13 +95,22 @@ class ReviewerPolicy:
             default_channel=settings.channel,
         )
 
+    def _self_approval_blocked(self, handoff: Handoff) -> bool:
+        # A routing policy's rule may decide it per handoff (requester_may_approve); the
+        # bot's HANDOFF_BLOCK_SELF_APPROVAL decides the rest.
+        if not handoff.requester:
+            return False
+        if handoff.requester_may_approve is not None:
+            return not handoff.requester_may_approve
+        return self.block_self_approval
+
     def denial(self, user_id: str, handoff: Handoff, *, channel: str | None = None) -> str | None:
         """Why ``user_id`` may not decide ``handoff``, or None when they may.
 
         ``channel`` is where the user acted: once a handoff is escalated to a channel, its
         members may decide it there; once escalated to a user group, its members may.
         """
-        if self.block_self_approval and handoff.requester and handoff.requester == user_id:
+        if self._self_approval_blocked(handoff) and handoff.requester == user_id:
             return "You asked for this, so someone else has to decide it."
         if self.admins.may_decide_anything(user_id):
             return None

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import anyio
 import httpx
-import rfc8785
 from fastapi import FastAPI, Header, Query, Request, Response
 from pydantic import ValidationError
 from redis import Redis
@@ -24,7 +23,8 @@ from redis.asyncio import Redis as AsyncRedis
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from bot.api.auth import Key, require_admin
+from bot import mcp as mcp_extra
+from bot.api.auth import Key, dead_key, require_admin
 from bot.api.humanlayer import install_humanlayer
 from bot.api.problems import ApiProblem, install, problem_response
 from bot.api.schemas import (
@@ -39,26 +39,36 @@ from bot.api.schemas import (
     Problem,
 )
 from bot.api.waiters import AsyncReads, DecisionHub
-from bot.mcp.server import Api, build_server
 from store.api_keys import ApiKey, ApiKeys
 from store.arg_schemas import argument_errors
-from store.exceptions import HandoffNotFound
+from store.canonical import canonical_json
+from store.connection import open_async_client, parse_redis_url
+from store.decoding import as_text, well_formed
+from store.exceptions import HandoffError, HandoffNotFound
 from store.ids import new_handoff_id
+from store.metrics import FigureReader
 from store.models import AuditEvent, Callback, Handoff, HandoffRequest, RequestType, Status
 from store.repository import Created, HandoffStore
+from store.trace_context import trace_context_of
+from worker import metrics
 from worker.outbound import UnsafeUrl, check_url
+from worker.tracing import span
+
+if TYPE_CHECKING:
+    from bot.mcp.server import Api
 
 API_VERSION = "1"
 MAX_POLL_SECONDS = 60
 JSON = "application/json"
-MCP_MAX_WAIT_SECONDS = 120
-"""Longest an MCP tool call over HTTP waits (then it answers pending, and get_handoff picks
-the decision up): a host that went away without closing leaves a wait behind that ends at
-most this late, instead of holding a task for an hour."""
 READ_CONNECTIONS = 32
 """Redis connections the waits' reads share (each read takes one for a round trip)."""
 _BODY_OVERHEAD = 16 * 1024
 """Bytes of a create body beyond its context and payload (ids, routing, metadata keys)."""
+TRACEPARENT_HELP = (
+    "The caller's trace (W3C Trace Context): the handoff's delivery, decision and resume "
+    "continue it when traces are configured. Ignored when malformed."
+)
+TRACESTATE_HELP = "Kept with traceparent (W3C Trace Context), up to 512 characters."
 
 
 @dataclass(frozen=True)
@@ -69,10 +79,13 @@ class ApiConfig:
     """The store's Redis, for the waits' own (asyncio) connection."""
     creates_per_minute: int = 600
     webhook_allowed_hosts: frozenset[str] = field(default_factory=frozenset)
+    metrics: bool = True
+    """Serve ``GET /metrics`` (``HANDOFF_METRICS``)."""
 
 
 class BodyLimit:
-    """Refuse a request body over ``limit`` bytes with 413, before the app reads it.
+    """Refuse a request body over ``limit`` bytes (``wider[path]`` on those paths) with 413,
+    before the app reads it.
 
     A body with a ``Content-Length`` over the limit is refused unread; one without (chunked)
     is read here up to the limit, then handed on whole: raising from inside the app's own
@@ -80,18 +93,20 @@ class BodyLimit:
     plus an envelope), so holding it costs little.
     """
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
+    def __init__(self, app: ASGIApp, limit: int, wider: dict[str, int] | None = None) -> None:
         self.app = app
         self.limit = limit
+        self.wider = wider or {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        limit = self.wider.get(scope["path"], self.limit)
         declared = dict(scope.get("headers", [])).get(b"content-length")
         if declared is not None:
-            if declared.isdigit() and int(declared) > self.limit:
-                await self._refuse(scope, receive, send)
+            if declared.isdigit() and int(declared) > limit:
+                await self._refuse(scope, limit, receive, send)
                 return
             await self.app(scope, receive, send)
             return
@@ -103,8 +118,8 @@ class BodyLimit:
                 break  # the client went away
             chunks.append(message.get("body", b""))
             size += len(chunks[-1])
-            if size > self.limit:
-                await self._refuse(scope, receive, send)
+            if size > limit:
+                await self._refuse(scope, limit, receive, send)
                 return
             if not message.get("more_body", False):
                 break
@@ -120,9 +135,9 @@ class BodyLimit:
 
         await self.app(scope, replay, send)
 
-    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _refuse(self, scope: Scope, limit: int, receive: Receive, send: Send) -> None:
         response = problem_response(
-            413, f"the body is over {self.limit} bytes; send a summary and keep the rest"
+            413, f"the body is over {limit} bytes; send a summary and keep the rest"
         )
         await response(scope, receive, send)
 
@@ -155,6 +170,8 @@ class _BearerGate:
 
 def _in_process_api(app: FastAPI, ctx: Any) -> Api:
     """The HTTP API as the MCP caller's key sees it, called in process."""
+    from bot.mcp.server import Api
+
     headers = ctx.headers or {}
     authorization = headers.get("authorization") or headers.get("Authorization") or ""
     client = httpx.AsyncClient(
@@ -166,37 +183,72 @@ def _in_process_api(app: FastAPI, ctx: Any) -> Api:
     return Api("http://handoff-api", "", client=client)
 
 
+def _mount_mcp(app: FastAPI, keys: ApiKeys) -> Any:
+    """The MCP tools over Streamable HTTP at /mcp, and the server to run with the app; or,
+    without the mcp extra, a /mcp that says how to install it (and None)."""
+    if not mcp_extra.installed():
+
+        async def not_installed(request: Request) -> Response:
+            return problem_response(501, mcp_extra.NOT_INSTALLED)
+
+        app.router.routes.append(
+            Route("/mcp", endpoint=not_installed, methods=["GET", "POST", "DELETE"])
+        )
+        return None
+    from bot.mcp.server import build_server
+
+    # Each call goes through this app's own routes (in process) with the caller's key, so
+    # the keys' scopes hold there too.
+    server = build_server(lambda ctx: _in_process_api(app, ctx), run_id="mcp")
+    # Each call's answer is a stream (SSE): progress goes out while the person decides, and a
+    # host that goes away ends the stream, which cancels the call and its wait.
+    mcp_http = server.streamable_http_app(streamable_http_path="/", stateless_http=True)
+    app.router.routes.append(
+        Route("/mcp", endpoint=_BearerGate(mcp_http, keys), methods=["GET", "POST", "DELETE"])
+    )
+    return server
+
+
 def _visible(handoff: Handoff, key: ApiKey) -> bool:
     return key.admin or handoff.api_key == key.name
 
 
 def build_app(store: HandoffStore, config: ApiConfig) -> FastAPI:
     """The API over ``store``."""
-    keys = ApiKeys(store.redis, store.keys)
+    keys = ApiKeys(store.redis, store.keys, acks=store.config.replica_acks)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # The subscription's connection waits for messages as long as it likes (a health
         # check finds a dead one); reads give up after a few seconds (a 503), and share a
         # bounded pool, however many waits are held.
-        subscriber = AsyncRedis.from_url(
+        subscriber = open_async_client(
             config.redis_url, socket_connect_timeout=2, health_check_interval=15
         )
-        readers = AsyncRedis(
-            connection_pool=AsyncBlockingConnectionPool.from_url(
-                config.redis_url,
-                max_connections=READ_CONNECTIONS,
-                timeout=10,
-                socket_connect_timeout=2,
-                socket_timeout=5,
+        if parse_redis_url(config.redis_url).kind == "server":
+            readers = AsyncRedis(
+                connection_pool=AsyncBlockingConnectionPool.from_url(
+                    config.redis_url,
+                    max_connections=READ_CONNECTIONS,
+                    timeout=10,
+                    socket_connect_timeout=2,
+                    socket_timeout=5,
+                )
             )
-        )
+        else:
+            # Through Sentinel: the pool that follows the master (it does not block when
+            # full; redis-py has no blocking one of its kind).
+            readers = open_async_client(
+                config.redis_url, socket_connect_timeout=2, socket_timeout=5
+            )
         hub = DecisionHub(subscriber, store.keys)
         await hub.start()
         app.state.hub = hub
         app.state.reads = AsyncReads(readers, store)
         try:
-            async with mcp_server.session_manager.run():
+            async with AsyncExitStack() as running:
+                if mcp_server is not None:
+                    await running.enter_async_context(mcp_server.session_manager.run())
                 yield
         finally:
             await hub.stop()
@@ -219,20 +271,11 @@ def build_app(store: HandoffStore, config: ApiConfig) -> FastAPI:
     app.state.store = store
     app.state.api_keys = keys
     install(app)
-    # The MCP tools over Streamable HTTP at /mcp: each call goes through this app's own
-    # routes (in process) with the caller's key, so the keys' scopes hold there too.
-    mcp_server = build_server(
-        lambda ctx: _in_process_api(app, ctx), run_id="mcp", max_wait_seconds=MCP_MAX_WAIT_SECONDS
-    )
-    # One JSON answer per call (no stream): calls over HTTP are capped instead (above).
-    mcp_http = mcp_server.streamable_http_app(
-        streamable_http_path="/", stateless_http=True, json_response=True
-    )
-    app.router.routes.append(
-        Route("/mcp", endpoint=_BearerGate(mcp_http, keys), methods=["GET", "POST", "DELETE"])
-    )
+    mcp_server = _mount_mcp(app, keys)
     limit = store.config.max_payload_bytes + _BODY_OVERHEAD
-    app.add_middleware(BodyLimit, limit=limit)
+    # A tool call over /mcp may be larger than the create it makes: its own limit is the
+    # create's own check (a tool error that says what to do), not a bare 413 on the envelope.
+    app.add_middleware(BodyLimit, limit=limit, wider={"/mcp": 2 * limit})
 
     def visible(handoff_id: str, key: ApiKey) -> Handoff:
         handoff = store.get(handoff_id)  # HandoffNotFound: 404
@@ -246,13 +289,33 @@ def build_app(store: HandoffStore, config: ApiConfig) -> FastAPI:
         store.redis.ping()
         return {"status": "ok"}
 
-    def create(body: CreateHandoff, key: ApiKey, idempotency_key: str | None) -> Created:
+    if config.metrics:
+        # This process's counts (`handoff api` counts in its own memory:
+        # metrics.use_single_process_mode) and the store's figures, read at most once a
+        # second (in a thread: the read blocks).
+        registry = metrics.exposition_registry(FigureReader(store.redis, store.keys), process="api")
+
+        @app.get("/metrics", include_in_schema=False)
+        def metrics_page() -> Response:
+            return Response(metrics.exposition(registry), media_type=metrics.CONTENT_TYPE)
+
+    def create(
+        body: CreateHandoff,
+        key: ApiKey,
+        idempotency_key: str | None,
+        trace_context: dict[str, str] | None = None,
+    ) -> Created:
         """The one way the API creates a handoff: checked, idempotent, counted per key."""
-        request = _request_of(body, key, idempotency_key, config)
+        request = _request_of(body, key, idempotency_key, config, trace_context)
         scoped = request.idempotency_key
         claimed = _claim_idempotency(store, scoped, body) if scoped else None
         try:
-            if claimed is not False:  # a replay of a create that happened is not counted
+            # Only a replay of a create that happened is not counted: one whose first
+            # request is still under way (or failed, and released the key) counts.
+            replay = bool(
+                claimed is False and scoped and store.redis.exists(store.keys.idempotency(scoped))
+            )
+            if not replay:
                 wait = keys.take_create(key, default_per_minute=config.creates_per_minute)
                 if wait is not None:
                     raise ApiProblem(
@@ -286,9 +349,12 @@ def build_app(store: HandoffStore, config: ApiConfig) -> FastAPI:
         key: Key,
         response: Response,
         idempotency_key: Annotated[str | None, Header(max_length=IDEMPOTENCY_KEY_MAX)] = None,
+        traceparent: Annotated[str | None, Header(description=TRACEPARENT_HELP)] = None,
+        tracestate: Annotated[str | None, Header(description=TRACESTATE_HELP)] = None,
     ) -> HandoffOut:
         """Create a handoff; it is posted to Slack by a worker."""
-        created = create(body, key, idempotency_key)
+        trace = trace_context_of({"traceparent": traceparent or "", "tracestate": tracestate or ""})
+        created = create(body, key, idempotency_key, trace)
         response.status_code = 201 if created.created else 200
         response.headers["Location"] = f"/v1/handoffs/{created.handoff.id}"
         return HandoffOut.of(created.handoff)
@@ -331,6 +397,11 @@ def build_app(store: HandoffStore, config: ApiConfig) -> FastAPI:
                         await event.wait()
                     event.clear()
                     handoff = await read()
+                if key.expired() or not await reads.key_is_live(key.name):
+                    # Revoked (or expired) while it waited: "takes effect at once".
+                    raise dead_key()
+            if not handoff.is_pending:
+                await reads.confirm_replicated(handoff_id)
             # Serialized here, once: returned as a model, FastAPI would validate it again
             # against the response model, which costs more than the read when a thousand
             # waits wake together.
@@ -453,24 +524,38 @@ def build_app(store: HandoffStore, config: ApiConfig) -> FastAPI:
         current = store.get(handoff_id)
         if body.edited_args is not None:
             _check_edited_args(current, body.edited_args)
-        handoff = store.decide(
-            handoff_id,
-            body.outcome,
-            decided_by=body.by,
-            via=f"api:{key.name}",
-            comment=body.comment,
-            answer=body.answer if current.request_type is not RequestType.CORRECTION else None,
-            corrected_draft=body.answer if current.request_type is RequestType.CORRECTION else None,
-            edited_args=body.edited_args,
-            respect_claim=False,
-        )
+        via = f"api:{key.name}"
+        attributes = {
+            "handoff.id": handoff_id,
+            "handoff.run_id": current.run_id,
+            "handoff.via": via,
+        }
+        with span("handoff.decide", current.trace_context, attributes, refusals=(HandoffError,)):
+            handoff = store.decide(
+                handoff_id,
+                body.outcome,
+                decided_by=body.by,
+                via=via,
+                comment=body.comment,
+                answer=body.answer if current.request_type is not RequestType.CORRECTION else None,
+                corrected_draft=(
+                    body.answer if current.request_type is RequestType.CORRECTION else None
+                ),
+                answer_data=body.answer_data,
+                edited_args=body.edited_args,
+                respect_claim=False,
+            )
         return HandoffOut.of(handoff)
 
     return app
 
 
 def _request_of(
-    body: CreateHandoff, key: ApiKey, idempotency_header: str | None, config: ApiConfig
+    body: CreateHandoff,
+    key: ApiKey,
+    idempotency_header: str | None,
+    config: ApiConfig,
+    trace_context: dict[str, str] | None = None,
 ) -> HandoffRequest:
     """The store's request for ``body``, or a 422/403 saying what is wrong."""
     misplaced = body.misplaced_fields()
@@ -491,7 +576,10 @@ def _request_of(
         raise ApiProblem(
             422, str(exc), errors=[{"field": field_name, "message": message or str(exc)}]
         ) from None
-    if not key.may_post_in(body.channel):
+    # A key kept to one channel posts there when the request names none (a permission
+    # prompt, a HumanLayer call without a Slack channel, cannot name one).
+    channel = body.channel or (key.channels[0] if len(key.channels) == 1 else None)
+    if not key.may_post_in(channel):
         raise ApiProblem(
             403,
             f"key {key.name!r} may create handoffs only in {', '.join(key.channels)}",
@@ -515,7 +603,7 @@ def _request_of(
                 "request_type": body.request_type,
                 "context": body.context,
                 "payload": payload,
-                "channel": body.channel,
+                "channel": channel,
                 "reviewers": body.reviewers,
                 "requester": body.requester,
                 "idempotency_key": f"{key.name}/{idem}" if idem else None,
@@ -523,6 +611,7 @@ def _request_of(
                 "metadata": body.metadata,
                 "api_key": key.name,
                 "callback": callback,
+                "trace_context": trace_context,
             }
         )
     except ValidationError as exc:
@@ -545,21 +634,26 @@ def _claim_idempotency(store: HandoffStore, scoped_key: str, body: CreateHandoff
     API promises more (the same key with a different body is an error), so it keeps a
     digest of the canonical JSON (RFC 8785) of the first body under the key.
     """
-    canonical = rfc8785.dumps(body.model_dump(mode="json", exclude={"idempotency_key"}))
-    digest = hashlib.sha256(canonical).hexdigest()
+    # Lone surrogates are stored as U+FFFD (the request's own validator does the same), and
+    # no canonical form takes them.
+    dumped = well_formed(body.model_dump(mode="json", exclude={"idempotency_key"}))
+    digest = hashlib.sha256(canonical_json(dumped)).hexdigest()
     where = store.keys.idempotency(scoped_key) + ":body"
     ttl = int(store.config.retention_seconds) + 86400
     redis: Redis = store.redis
-    if redis.set(where, digest, nx=True, ex=ttl):
-        return True
-    first = redis.get(where)
-    first_text = first.decode() if isinstance(first, bytes) else first
-    if first_text != digest:
-        raise ApiProblem(
-            409,
-            "this Idempotency-Key was used with another body; use a new key for a new request",
-        )
-    return False
+    for _ in range(3):
+        if redis.set(where, digest, nx=True, ex=ttl):
+            return True
+        first = redis.get(where)
+        if first is None:
+            continue  # released just now by a first request that failed: claim it again
+        if as_text(first) != digest:
+            raise ApiProblem(
+                409,
+                "this Idempotency-Key was used with another body; use a new key for a new request",
+            )
+        return False
+    raise ApiProblem(409, "this Idempotency-Key is in use by a request under way; retry")
 
 
 def _release_idempotency(store: HandoffStore, scoped_key: str) -> None:

@@ -27,12 +27,17 @@ def authenticate(request: Request) -> ApiKey:
     keys: ApiKeys = request.app.state.api_keys
     record = keys.authenticate(token.strip())
     if record is None:
-        raise ApiProblem(
-            401,
-            "the API key is unknown, revoked or expired",
-            headers={"WWW-Authenticate": f'{_CHALLENGE}, error="invalid_token"'},
-        )
+        raise dead_key()
     return record
+
+
+def dead_key() -> ApiProblem:
+    """The 401 for a key that is unknown, revoked or expired."""
+    return ApiProblem(
+        401,
+        "the API key is unknown, revoked or expired",
+        headers={"WWW-Authenticate": f'{_CHALLENGE}, error="invalid_token"'},
+    )
 
 
 def require_admin(key: ApiKey) -> None:

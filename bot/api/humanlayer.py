@@ -22,13 +22,13 @@ from datetime import datetime
 from typing import Any
 
 from fastapi import APIRouter, FastAPI
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from bot.api.auth import Key
 from bot.api.problems import ApiProblem
 from bot.api.schemas import CreateHandoff
 from store.api_keys import ApiKey
-from store.decoding import as_text
+from store.decoding import as_text, json_value_problem, well_formed
 from store.models import Handoff, ProposedAction, RequestType, Status
 from store.repository import Created, HandoffStore
 
@@ -40,6 +40,20 @@ _METADATA = "humanlayer"
 
 class _Open(BaseModel):
     model_config = ConfigDict(extra="allow")
+
+
+class _Body(_Open):
+    """A whole body the SDK sends: storable as it is, or refused (422) saying why."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _storable(cls, data: Any) -> Any:
+        # Kept whole in the handoff's metadata, so held to what the store takes: no NaN or
+        # infinity (stored as null, silently), no nesting past what the encoders take, and
+        # lone surrogates as U+FFFD.
+        if problem := json_value_problem(data):
+            raise ValueError(problem)
+        return well_formed(data)
 
 
 class SlackChannel(_Open):
@@ -74,7 +88,7 @@ class FunctionCallStatus(_Open):
     reject_option_name: str | None = None
 
 
-class FunctionCall(_Open):
+class FunctionCall(_Body):
     run_id: str = Field(min_length=1, max_length=256)
     call_id: str = Field(pattern=CALL_ID_PATTERN)
     spec: FunctionCallSpec
@@ -96,7 +110,7 @@ class HumanContactStatus(_Open):
     response_option_name: str | None = None
 
 
-class HumanContact(_Open):
+class HumanContact(_Body):
     run_id: str = Field(min_length=1, max_length=256)
     call_id: str = Field(pattern=CALL_ID_PATTERN)
     spec: HumanContactSpec
@@ -131,8 +145,12 @@ def install_humanlayer(
         handoff_id = store.redis.get(store.keys.idempotency(scoped))
         handoff = visible(as_text(handoff_id), key) if handoff_id is not None else None
         # A handoff made over /v1 with a look-alike idempotency key is not a HumanLayer call.
-        if handoff is None or _METADATA not in handoff.metadata:
+        if handoff is None or not _is_call(handoff, kind):
             raise ApiProblem(404, f"no {kind.replace('-', ' ')} with call_id {call_id!r}")
+        if not handoff.is_pending:
+            # As /v1 does: no decision the replicas lack (503, try again), see
+            # HandoffStore.confirm_replicated.
+            store.confirm_replicated(handoff.id)
         return handoff
 
     @router.post("/function_calls", response_model=FunctionCall)
@@ -186,6 +204,19 @@ def install_humanlayer(
     app.include_router(router)
 
 
+def _is_call(handoff: Handoff, kind: str) -> bool:
+    """``handoff`` holds a HumanLayer call of ``kind`` as these routes stored it."""
+    stored = handoff.metadata.get(_METADATA)
+    model, field = (FunctionCall, "call") if kind == "function-call" else (HumanContact, "contact")
+    if not isinstance(stored, dict):
+        return False
+    try:
+        model.model_validate(stored.get(field))
+    except ValidationError:
+        return False
+    return True
+
+
 def _function_call(handoff: Handoff) -> FunctionCall:
     call = FunctionCall.model_validate(handoff.metadata[_METADATA]["call"])
     decision = handoff.resume_data
@@ -195,7 +226,8 @@ def _function_call(handoff: Handoff) -> FunctionCall:
         status.approved = decision.outcome is Status.APPROVED
         status.comment = decision.comment or _CLOSED.get(decision.outcome)
         edited = decision.edited_args
-        if status.approved and edited is not None and edited != call.spec.kwargs:
+        # Compared as JSON (RFC 8785), where true is not 1 as it is to Python's ==.
+        if status.approved and edited is not None and not _same_json(edited, call.spec.kwargs):
             # The SDK runs the function with its own kwargs, whatever we answer: an approval
             # of other arguments must not run the original ones. Fail closed, and say what
             # the reviewer approved so the agent can ask again with it.
@@ -207,6 +239,10 @@ def _function_call(handoff: Handoff) -> FunctionCall:
             )
     call.status = status
     return call
+
+
+def _same_json(a: Any, b: Any) -> bool:
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 
 def _human_contact(handoff: Handoff) -> HumanContact:

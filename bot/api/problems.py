@@ -23,7 +23,10 @@ from store.exceptions import (
     InvalidHandoffRequest,
     NotRetryable,
     PayloadTooLarge,
+    ReplicasNotConfirmed,
+    VoteRefused,
 )
+from worker.metrics import count_redis_error
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +43,7 @@ _TITLES = {
     422: "Unprocessable content",
     429: "Too many requests",
     500: "Internal error",
+    501: "Not implemented",
     503: "Service unavailable",
 }
 
@@ -103,6 +107,7 @@ _STATUS_OF_ERROR: list[tuple[type[HandoffError], int]] = [
     (ClaimRequired, 409),
     (IdempotencyConflict, 409),
     (NotRetryable, 409),
+    (VoteRefused, 409),
     (InvalidHandoffRequest, 422),
     (InvalidDecision, 422),
 ]
@@ -137,11 +142,17 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(HandoffError)
     async def _store(request: Request, exc: HandoffError) -> JSONResponse:
+        if isinstance(exc, ReplicasNotConfirmed):
+            # Not the caller's fault: the write may not survive a failover yet, and the
+            # same request, sent again, is the same decision (or the same handoff).
+            logger.warning("replicas did not confirm %s %s", request.method, request.url.path)
+            return problem_response(503, " ".join(str(exc).split()), headers={"Retry-After": "1"})
         return problem_response(status_of(exc), " ".join(str(exc).split()))
 
     @app.exception_handler(RedisError)
     async def _redis(request: Request, exc: RedisError) -> JSONResponse:
         logger.warning("Redis failed during %s %s: %s", request.method, request.url.path, exc)
+        count_redis_error("api")
         return problem_response(
             503, "the store is unavailable; try again shortly", headers={"Retry-After": "5"}
         )

@@ -9,7 +9,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from store.answer_schemas import answer_schema_problem
 from store.models import (
+    MAX_QUORUM,
     MAX_WAIT_SECONDS,
     ApprovalPayload,
     CorrectionPayload,
@@ -41,8 +43,8 @@ class CallbackIn(_Body):
 
 class CreateHandoff(_Body):
     """A handoff request. Give the fields of its type: ``action`` (approval), ``question``
-    and ``choices`` (question), ``draft`` and ``instructions`` (correction), ``summary``
-    (escalation)."""
+    and ``choices`` or ``answer_schema`` (question), ``draft`` and ``instructions``
+    (correction), ``summary`` (escalation)."""
 
     request_type: RequestType
     run_id: str = Field(min_length=1, max_length=256, description="The agent run it belongs to.")
@@ -51,8 +53,26 @@ class CreateHandoff(_Body):
     )
     context: str = Field(default="", description="What the person needs to know (mrkdwn).")
     action: ProposedAction | None = None
+    approvals_required: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_QUORUM,
+        description="Approvals from distinct people an approval needs (default 1).",
+    )
+    rejections_required: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_QUORUM,
+        description="Rejections that reject an approval (default 1: the first is a veto).",
+    )
     question: str | None = None
     choices: list[str] | None = None
+    answer_schema: dict[str, Any] | None = Field(
+        default=None,
+        description="A typed answer: the JSON Schema of a flat object (string, date, enum, "
+        "number, integer, boolean fields), filled in Slack's Answer form; the decision "
+        "carries it in resume_data.answer_data.",
+    )
     draft: str | None = None
     instructions: str | None = None
     summary: str | None = None
@@ -78,11 +98,21 @@ class CreateHandoff(_Body):
         if kind is RequestType.APPROVAL:
             if self.action is None:
                 raise ValueError("action: an approval needs an action {name, args}")
-            return ApprovalPayload(action=self.action).model_dump()
+            return ApprovalPayload(
+                action=self.action,
+                approvals_required=self.approvals_required or 1,
+                rejections_required=self.rejections_required or 1,
+            ).model_dump()
         if kind is RequestType.QUESTION:
             if not self.question:
                 raise ValueError("question: a question needs its text")
-            return QuestionPayload(question=self.question, choices=self.choices).model_dump()
+            if self.answer_schema is not None and (
+                problem := answer_schema_problem(self.answer_schema)
+            ):
+                raise ValueError(f"answer_schema: {problem}")
+            return QuestionPayload(
+                question=self.question, choices=self.choices, answer_schema=self.answer_schema
+            ).model_dump()
         if kind is RequestType.CORRECTION:
             if not self.draft:
                 raise ValueError("draft: a correction needs a draft")
@@ -94,12 +124,14 @@ class CreateHandoff(_Body):
     def misplaced_fields(self) -> list[str]:
         """Payload fields of another request type than this one's."""
         belongs = {
-            RequestType.APPROVAL: {"action"},
-            RequestType.QUESTION: {"question", "choices"},
+            RequestType.APPROVAL: {"action", "approvals_required", "rejections_required"},
+            RequestType.QUESTION: {"question", "choices", "answer_schema"},
             RequestType.CORRECTION: {"draft", "instructions"},
             RequestType.ESCALATION: {"summary"},
         }[self.request_type]
-        every = {"action", "question", "choices", "draft", "instructions", "summary"}
+        every = {"action", "approvals_required", "rejections_required", "question", "choices"}
+        every.add("answer_schema")
+        every |= {"draft", "instructions", "summary"}
         return sorted(n for n in every - belongs if getattr(self, n) is not None)
 
 
@@ -115,6 +147,11 @@ class DecideHandoff(_Body):
     by: str = Field(min_length=1, max_length=256, description="Who decides (audited).")
     comment: str | None = Field(default=None, max_length=4000)
     answer: str | None = Field(default=None, max_length=40000)
+    answer_data: dict[str, Any] | None = Field(
+        default=None,
+        description="A typed answer to a question with an answer_schema (checked against "
+        "it; answer defaults to it as text).",
+    )
     edited_args: dict[str, Any] | None = None
 
 

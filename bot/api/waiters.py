@@ -19,6 +19,8 @@ from redis.asyncio import Redis as AsyncRedis
 from redis.exceptions import RedisError
 
 from store import scripts
+from store.api_keys import REVOKED
+from store.decoding import as_text
 from store.keys import KeySpace
 from store.models import Handoff
 from store.repository import HandoffStore
@@ -118,7 +120,29 @@ class AsyncReads:
 
     def __init__(self, redis: AsyncRedis, store: HandoffStore) -> None:
         self._store = store
+        self._redis = redis
         self._read = redis.register_script(scripts.READ)
+
+    async def key_is_live(self, name: str) -> bool:
+        """The key named ``name`` was not revoked (a wait re-checks its key once it ends: a
+        revoke while it waited must not hand the decision to the revoked caller)."""
+        hashed = await self._redis.hget(self._store.keys.api_key_names, name)
+        return hashed is not None and as_text(hashed) != REVOKED
+
+    async def confirm_replicated(self, handoff_id: str) -> None:
+        """Return once ``HANDOFF_MIN_REPLICA_ACKS`` replicas have what the master holds (the
+        handoff's decision, as just read, among it), else ``ReplicasNotConfirmed`` (a 503
+        with ``Retry-After``): a decision its reviewer was told to retry must not be handed
+        to the caller, whose run would act on what a failover may undo."""
+        acks = self._store.config.replica_acks
+        if not acks.replicas:
+            return
+        async with self._redis.pipeline(transaction=False) as pipe:
+            # WAIT after a command on the same connection (the API is never on a cluster).
+            pipe.exists(self._store.keys.handoff(handoff_id))
+            pipe.execute_command(*acks.wait_args())
+            _, confirmed = await pipe.execute()
+        acks.check(int(confirmed))
 
     async def get(self, handoff_id: str) -> Handoff:
         """The handoff as stored; ``HandoffNotFound`` for none."""

@@ -22,7 +22,13 @@ from slack_sdk.models.views import View
 
 from bot.blockkit.ids import HOME, home_actions_block_id
 from bot.blockkit.limits import MODAL_BLOCK_LIMIT, SECTION_TEXT_LIMIT
-from bot.blockkit.message import decision_buttons, handoff_title, outcome_text
+from bot.blockkit.message import (
+    decision_buttons,
+    handoff_title,
+    outcome_text,
+    voted_text,
+    votes_progress_text,
+)
 from bot.blockkit.replies import facts, gist
 from bot.mrkdwn import agent_text, clip, slack_date
 from bot.queries.listings import Listing
@@ -41,12 +47,14 @@ def render_home(
     recent: list[Handoff],
     *,
     command: str,
+    viewer: str | None = None,
     notice: str | None = None,
     now: datetime | None = None,
 ) -> dict[str, Any]:
     """The viewer's Home tab: what waits for them (oldest first, with the channel message's
-    buttons) and what they decided recently. ``notice`` is shown on top (e.g. why a click
-    from the Home changed nothing)."""
+    buttons), the approvals they voted on that wait for others' votes, and what they
+    decided recently. ``notice`` is shown on top (e.g. why a click from the Home changed
+    nothing)."""
     now = now or datetime.now(UTC)
     blocks: list[Block] = [HeaderBlock(text="Waiting for you")]
     if notice:
@@ -56,12 +64,17 @@ def render_home(
             )
         )
     items = queue.items[:HOME_QUEUE_SHOWN]
-    if not items:
+    voted = [h for h in items if viewer and h.vote_of(viewer)]
+    waiting = [h for h in items if h not in voted]
+    if not waiting:
         blocks.append(
             SectionBlock(text=MarkdownTextObject(text="Nothing is waiting for you. :tada:"))
         )
-    for handoff in items:
+    for handoff in waiting:
         blocks.extend(_home_card(handoff, now))
+    if voted and viewer:
+        blocks.append(HeaderBlock(text="Voted, waiting for others"))
+        blocks.extend(_voted_card(handoff, viewer) for handoff in voted)
     if queue.next_cursor or len(queue.items) > len(items):
         blocks.append(
             ContextBlock(
@@ -104,6 +117,18 @@ def render_home_unavailable(notice: str, *, command: str) -> dict[str, Any]:
         ContextBlock(elements=[MarkdownTextObject(text=f"`{command} help`")]),
     ]
     return View(type="home", callback_id=HOME, blocks=blocks).to_dict()
+
+
+def _voted_card(handoff: Handoff, viewer: str) -> Block:
+    """An approval ``viewer`` voted on: where its votes stand, no buttons (one vote each)."""
+    title = agent_text(handoff_title(handoff), 150)[0]
+    text = (
+        f"*{title}*  `{handoff.id}`\n{voted_text(handoff, viewer)}\n{votes_progress_text(handoff)}"
+    )
+    return SectionBlock(
+        block_id=f"home_voted_{handoff.id}",
+        text=MarkdownTextObject(text=clip(text, SECTION_TEXT_LIMIT)),
+    )
 
 
 def _home_card(handoff: Handoff, now: datetime) -> list[Block]:

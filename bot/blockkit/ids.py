@@ -46,6 +46,7 @@ CHOICE_BLOCK = "choice"
 DRAFT_BLOCK_PREFIX = "draft_part_"
 RESOLUTION_BLOCK = "resolution"
 ARG_BLOCK_PREFIX = "arg_"
+ANSWER_FIELD_PREFIX = "answer_field_"
 VALUE = "value"
 
 
@@ -53,6 +54,12 @@ def arg_block_id(name: str) -> str:
     """Block id of an argument's input (names can be long; block ids are limited to 255)."""
     digest = hashlib.sha1(name.encode()).hexdigest()[:12]
     return f"{ARG_BLOCK_PREFIX}{digest}"
+
+
+def answer_field_block_id(index: int) -> str:
+    """Block id of the input of a typed answer's field, by its place in the schema (field
+    names may be long or odd; block ids are limited to 255 characters)."""
+    return f"{ANSWER_FIELD_PREFIX}{index}"
 
 
 def home_actions_block_id(handoff_id: str) -> str:

@@ -54,11 +54,16 @@ from bot.mrkdwn import (
     reviewer_mention,
     slack_date,
 )
-from store.models import Handoff, RequestType, Status
+from store.answer_schemas import AnswerField, answer_fields, decimal_text, single_text_field
+from store.ids import decision_value
+from store.models import Handoff, RequestType, Status, Vote
 
 _CONTEXT_SHOWN = 1500
 _MAIN_TEXT_SHOWN = 2500
 _FIELD_SHOWN = 300
+_ANSWER_FIELDS_SHOWN = 1500
+"""Characters the list of a typed answer's fields takes in a message; the rest is in
+View full (and in the form)."""
 
 _OUTCOME_ICONS = {
     Status.APPROVED: ":white_check_mark:",
@@ -98,6 +103,8 @@ def render_message(
     body, cut = _body_blocks(handoff)
     truncated |= cut
     blocks.extend(body)
+    if handoff.is_pending and handoff.quorum is not None:
+        blocks.append(SectionBlock(text=MarkdownTextObject(text=votes_progress_text(handoff))))
     blocks.append(ContextBlock(elements=[MarkdownTextObject(text=_details_line(handoff, now))]))
     if handoff.is_pending:
         blocks.append(decision_buttons(handoff, truncated=truncated))
@@ -135,7 +142,11 @@ def outcome_text(handoff: Handoff) -> str:
             "decide it; the agent was told it was undeliverable."
         ]
     else:
+        if decision.approvers and len(decision.approvers) > 1:
+            who = ", ".join(mention(approver) for approver in decision.approvers)
         lines = [f"{icon} *{verb}* by {who} {when}".rstrip()]
+    if decision.votes:
+        lines.append(f"*Votes:* {_votes_list(decision.votes)}")
     if decision.comment:
         lines.append(f"*Reason:* {agent_text(decision.comment, 800)[0]}")
     if decision.answer:
@@ -148,6 +159,72 @@ def outcome_text(handoff: Handoff) -> str:
             f"*Corrected draft:*\n{agent_text(decision.corrected_draft, 1200, quoted=True)[0]}"
         )
     return clip("\n".join(lines), SECTION_TEXT_LIMIT)
+
+
+def votes_progress_text(handoff: Handoff) -> str:
+    """Where the votes of an approval that needs several people stand, e.g. "Approvals 1 of
+    2 · @alice ✓ · waiting for 1 more from @finance"."""
+    approvals, rejections = handoff.quorum or (1, 1)
+    approved = handoff.live_votes("approved")
+    rejected = handoff.live_votes("rejected")
+    parts = [f":ballot_box_with_ballot: *Approvals {len(approved)} of {approvals}*"]
+    parts.extend(f"{mention(v.by)} :white_check_mark:" for v in approved)
+    if rejections > 1:
+        parts.append(f"*Rejections {len(rejected)} of {rejections}*")
+        parts.extend(f"{mention(v.by)} :no_entry_sign:" for v in rejected)
+    missing = approvals - len(approved)
+    if missing > 0:
+        source = ", ".join(reviewer_mention(r) for r in handoff.reviewers[:5])
+        parts.append(f"waiting for {missing} more" + (f" from {source}" if source else ""))
+    text = " · ".join(parts)
+    if handoff.proposed_args is not None:
+        text += (
+            "\n:pencil2: The arguments were edited: approvals given before the edit were "
+            "cleared, and the count started again."
+        )
+    return clip(text, SECTION_TEXT_LIMIT)
+
+
+def votes_count_text(handoff: Handoff) -> str:
+    """The count of a pending quorum in a few words, e.g. "approvals 1 of 2", for listings
+    ('' for a handoff one decision decides)."""
+    if handoff.quorum is None or not handoff.is_pending:
+        return ""
+    approvals, rejections = handoff.quorum
+    text = f"approvals {len(handoff.live_votes('approved'))} of {approvals}"
+    if rejections > 1:
+        text += f", rejections {len(handoff.live_votes('rejected'))} of {rejections}"
+    return text
+
+
+def voted_text(handoff: Handoff, viewer: str) -> str:
+    """What ``viewer``, who voted on a pending quorum, is shown of it ('' if they have not)."""
+    vote = handoff.vote_of(viewer)
+    if vote is None:
+        return ""
+    mark = ":white_check_mark:" if vote.outcome == "approved" else ":no_entry_sign:"
+    return f"{mark} You voted _{vote.outcome}_ {slack_date(vote.at)}; waiting for others."
+
+
+def vote_recorded_text(handoff: Handoff) -> str:
+    """What a voter is told when their vote counted but did not decide the handoff yet."""
+    approvals, _ = handoff.quorum or (1, 1)
+    got = len(handoff.live_votes("approved"))
+    return (
+        f":ballot_box_with_ballot: Your vote on *{agent_text(handoff_title(handoff), 150)[0]}* "
+        f"is recorded: {got} of {approvals} approvals so far. The request is decided once "
+        f"{approvals} people approve it."
+    )
+
+
+def _votes_list(votes: list[Vote]) -> str:
+    marks = {"approved": ":white_check_mark:", "rejected": ":no_entry_sign:"}
+    shown = [
+        f"{mention(v.by)} {marks[v.outcome]}" + (" (cleared by an edit)" if v.cleared else "")
+        for v in votes[:20]
+    ]
+    more = f" and {len(votes) - 20} more" if len(votes) > 20 else ""
+    return " · ".join(shown) + more
 
 
 def render_moved(handoff: Handoff, *, channel: str) -> RenderedMessage:
@@ -175,6 +252,26 @@ def render_duplicate(handoff: Handoff, *, link: str | None) -> RenderedMessage:
     return RenderedMessage(
         text=agent_text(handoff_title(handoff) + " [duplicate]", 300)[0], blocks=_to_dicts(blocks)
     )
+
+
+def render_form_needed(handoff: Handoff) -> RenderedMessage:
+    """What a reviewer who replied in the thread of a question with a typed answer (one the
+    thread cannot fill in) is told, privately: nothing was recorded, and a button that opens
+    the Answer form (the message's own button: same action id and value)."""
+    fields = answer_fields_of(handoff) or []
+    names = ", ".join(agent_text(f.label, 60)[0] for f in fields[:5])
+    more = f" and {len(fields) - 5} more" if len(fields) > 5 else ""
+    count = "a field" if len(fields) == 1 else f"{len(fields)} fields"
+    text = (
+        f"This question asks for {count} ({names}{more}), which a reply in the thread cannot "
+        "fill in, so nothing was recorded. Answer it with the form."
+    )
+    button = ButtonElement(text="Answer", action_id=ANSWER, value=handoff.id, style="primary")
+    blocks: list[Block] = [
+        SectionBlock(text=MarkdownTextObject(text=clip(text, SECTION_TEXT_LIMIT))),
+        ActionsBlock(block_id=ACTIONS_BLOCK, elements=[button]),
+    ]
+    return RenderedMessage(text=clip(text, SECTION_TEXT_LIMIT), blocks=_to_dicts(blocks))
 
 
 def reminder_text(handoff: Handoff, *, now: datetime | None = None) -> str:
@@ -205,7 +302,8 @@ def already_decided_text(handoff: Handoff, *, now: datetime | None = None) -> st
     if handoff.status is Status.UNDELIVERABLE:
         return (
             f"This request could not be delivered and was closed {when}; nothing was changed. "
-            "Its agent was told it was undeliverable, and must ask again."
+            "Its agent was told it was undeliverable; an admin may redeliver it as a new "
+            "handoff, or the agent asks again."
         )
     return f"Already {handoff.status.value} by {mention(decision.decided_by)} {when}."
 
@@ -241,6 +339,10 @@ def _body_blocks(handoff: Handoff) -> tuple[list[Block], bool]:
             listed = "\n".join(f"• {text}" for text, _ in shown_choices)
             more = f"\n…and {len(payload.choices) - 10} more" if len(payload.choices) > 10 else ""
             blocks.append(SectionBlock(text=MarkdownTextObject(text=f"*Choices*\n{listed}{more}")))
+        if payload.answer_schema is not None:
+            text, fields_cut = _answer_fields_text(payload.answer_schema)
+            cut |= fields_cut
+            blocks.append(SectionBlock(text=MarkdownTextObject(text=text)))
         return blocks, cut
     if payload.kind == "correction":
         blocks = []
@@ -264,6 +366,74 @@ def _body_blocks(handoff: Handoff) -> tuple[list[Block], bool]:
     return blocks, cut
 
 
+def answer_fields_of(handoff: Handoff) -> list[AnswerField] | None:
+    """The fields of a question's typed answer (``answer_schema``), or None when it takes
+    free text."""
+    schema = getattr(handoff.payload, "answer_schema", None)
+    return None if schema is None else answer_fields(schema)
+
+
+def field_terms(field: AnswerField) -> str:
+    """What a typed answer's field takes, in a few words: "a number from 0 to 500", "text of
+    up to 20 characters", "one of 3 choices", "a date", "yes or no"."""
+    if field.kind == "string":
+        shortest, longest = field.min_length or None, field.max_length
+        if shortest and longest is not None:
+            return f"text of {shortest} to {longest} characters"
+        if shortest:
+            return f"text of at least {shortest} characters"
+        return "text" if longest is None else f"text of up to {longest} characters"
+    if field.kind == "date":
+        return "a date"
+    if field.kind == "enum":
+        count = len(field.options)
+        return "the one choice" if count == 1 else f"one of {count} choices"
+    if field.kind == "boolean":
+        return "yes or no"
+    what = "a number" if field.kind == "number" else "a whole number"
+    low = None if field.minimum is None else decimal_text(field.minimum)
+    high = None if field.maximum is None else decimal_text(field.maximum)
+    if low is not None and high is not None:
+        return f"{what} from {low} to {high}"
+    if low is not None:
+        return f"{what} of at least {low}"
+    return what if high is None else f"{what} of at most {high}"
+
+
+def fields_listing(fields: list[AnswerField]) -> str:
+    """A typed answer's fields as plain text, one line each (for View full)."""
+    return "\n".join(
+        f"{field.label}: {field_terms(field)}"
+        + (", required" if field.required and field.kind != "boolean" else "")
+        for field in fields
+    )
+
+
+def _answer_fields_text(schema: dict[str, Any]) -> tuple[str, bool]:
+    """The message's note of a typed answer: which fields the form asks for, and whether a
+    reply in the thread answers too (only for a single text field)."""
+    fields = answer_fields(schema)
+    if single_text_field(schema) is not None:
+        heading = "*Answer with the form or a reply in this thread*"
+    else:
+        count = "one field" if len(fields) == 1 else f"{len(fields)} fields"
+        heading = f"*Answer with the form: {count}* (a reply in the thread cannot fill them in)"
+    lines: list[str] = []
+    budget = _ANSWER_FIELDS_SHOWN
+    cut = False
+    for field in fields:
+        label, label_cut = agent_text(field.label, 100)
+        required = " · required" if field.required and field.kind != "boolean" else ""
+        line = f"• *{label}*: {field_terms(field)}{required}"
+        if len(line) > budget:
+            lines.append(f"…and {len(fields) - len(lines)} more")
+            return "\n".join([heading, *lines]), True
+        budget -= len(line)
+        lines.append(line)
+        cut |= label_cut
+    return "\n".join([heading, *lines]), cut
+
+
 def _approval_body(handoff: Handoff) -> tuple[list[Block], bool]:
     action = handoff.payload.action  # type: ignore[union-attr]
     blocks: list[Block] = []
@@ -271,7 +441,7 @@ def _approval_body(handoff: Handoff) -> tuple[list[Block], bool]:
     if action.description:
         text, cut = agent_text(action.description, 500)
         blocks.append(SectionBlock(text=MarkdownTextObject(text=text)))
-    items = list(action.args.items())
+    items = list(handoff.current_args.items())
     if not items:
         name = agent_text(action.name, 200)[0]
         blocks.append(SectionBlock(text=MarkdownTextObject(text=f"`{name}` with no arguments")))
@@ -313,6 +483,8 @@ def decision_buttons(handoff: Handoff, *, truncated: bool) -> ActionsBlock:
     payload = handoff.payload
     buttons: list[ButtonElement] = []
     if payload.kind == "approval":
+        # The arguments shown travel with the click (see ids.decision_value).
+        value = decision_value(handoff.id, handoff.current_digest)
         buttons = [
             ButtonElement(
                 text="Approve",

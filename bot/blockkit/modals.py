@@ -13,9 +13,13 @@ from typing import Any
 
 from slack_sdk.models.blocks import (
     Block,
+    CheckboxesElement,
     ContextBlock,
+    DatePickerElement,
     InputBlock,
+    InputInteractiveElement,
     MarkdownTextObject,
+    NumberInputElement,
     Option,
     PlainTextInputElement,
     PlainTextObject,
@@ -37,6 +41,7 @@ from bot.blockkit.ids import (
     RESOLUTION_BLOCK,
     RESOLVE_MODAL,
     VALUE,
+    answer_field_block_id,
     arg_block_id,
 )
 from bot.blockkit.limits import (
@@ -46,13 +51,19 @@ from bot.blockkit.limits import (
     MODAL_BLOCK_LIMIT,
     MODAL_TEXT_BUDGET,
     MODAL_TITLE_LIMIT,
+    SECTION_TEXT_LIMIT,
 )
-from bot.blockkit.message import handoff_title
+from bot.blockkit.message import answer_fields_of, field_terms, fields_listing, handoff_title
 from bot.mrkdwn import agent_text, clip, split_text
+from store.answer_schemas import AnswerField, decimal_text
 from store.models import Handoff
 
 _MAIN_TEXT_SHOWN = 2500
 _FULL_CHUNK = 2900
+_SINGLE_LINE_UP_TO = 150
+"""Longest text a field's input takes on one line; a longer (or unbounded) one is multiline."""
+CHECKED = "true"
+"""The value of a boolean field's one checkbox: ticked is true, left empty false."""
 
 
 def render_reject_modal(handoff: Handoff) -> dict[str, Any]:
@@ -85,7 +96,7 @@ def render_edit_modal(handoff: Handoff) -> dict[str, Any]:
             )
         ),
     ]
-    for name, value in list(action.args.items())[: MODAL_BLOCK_LIMIT - 2]:
+    for name, value in list(handoff.current_args.items())[: MODAL_BLOCK_LIMIT - 2]:
         shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
         if len(shown) > INPUT_MAX_LENGTH:
             blocks.append(
@@ -116,13 +127,18 @@ def render_edit_modal(handoff: Handoff) -> dict[str, Any]:
 
 
 def render_answer_modal(handoff: Handoff) -> dict[str, Any]:
-    """Modal to answer a question: pick a suggested choice or type an answer."""
+    """Modal to answer a question: pick a suggested choice or type an answer; for a typed
+    answer (``answer_schema``), one input per field of the schema."""
     payload = handoff.payload
     question = getattr(payload, "question", "")
     choices = getattr(payload, "choices", None) or []
     blocks: list[Block] = [
         SectionBlock(text=MarkdownTextObject(text=agent_text(question, _MAIN_TEXT_SHOWN)[0])),
     ]
+    fields = answer_fields_of(handoff)
+    if fields is not None:
+        blocks.extend(typed_answer_input(index, field) for index, field in enumerate(fields))
+        return _modal(ANSWER_MODAL, handoff, "Answer question", "Send answer", blocks)
     if choices:
         options = [
             Option(text=clip(choice, BUTTON_TEXT_LIMIT), value=str(index))
@@ -147,6 +163,55 @@ def render_answer_modal(handoff: Handoff) -> dict[str, Any]:
         )
     )
     return _modal(ANSWER_MODAL, handoff, "Answer question", "Send answer", blocks)
+
+
+def typed_answer_input(index: int, field: AnswerField) -> InputBlock:
+    """The input of one field of a typed answer: a text input, a date picker, a select of the
+    enum's values (by index), a number input or one checkbox. Its block id is the field's
+    place in the schema (``answer_field_block_id``), read back by ``handlers.modal_inputs``.
+
+    A boolean is always optional: its checkbox left empty is an answer (false), not a gap.
+    """
+    element: InputInteractiveElement
+    if field.kind == "date":
+        element = DatePickerElement(action_id=VALUE)
+    elif field.kind == "enum":
+        element = StaticSelectElement(
+            action_id=VALUE,
+            placeholder="Choose one",
+            # The value's place, not the value: short, whatever the agent's text. No "emoji"
+            # flag on each option: 100 of them in each of 25 fields must fit in 250 kB.
+            options=[
+                Option(text=PlainTextObject(text=clip(value, BUTTON_TEXT_LIMIT)), value=str(number))
+                for number, value in enumerate(field.options)
+            ],
+        )
+    elif field.kind in ("number", "integer"):
+        element = NumberInputElement(
+            action_id=VALUE,
+            is_decimal_allowed=field.kind == "number",
+            min_value=None if field.minimum is None else decimal_text(field.minimum),
+            max_value=None if field.maximum is None else decimal_text(field.maximum),
+        )
+    elif field.kind == "boolean":
+        element = CheckboxesElement(action_id=VALUE, options=[Option(text="Yes", value=CHECKED)])
+    else:
+        longest = INPUT_MAX_LENGTH if field.max_length is None else field.max_length
+        element = PlainTextInputElement(
+            action_id=VALUE,
+            min_length=field.min_length or None,
+            max_length=longest,
+            multiline=longest > _SINGLE_LINE_UP_TO,
+        )
+    terms = "tick for yes, leave empty for no" if field.kind == "boolean" else field_terms(field)
+    hint = f"{field.description} ({terms})" if field.description else terms[0].upper() + terms[1:]
+    return InputBlock(
+        block_id=answer_field_block_id(index),
+        label=clip(field.label, FIELD_TEXT_LIMIT),
+        hint=PlainTextObject(text=clip(hint, FIELD_TEXT_LIMIT), emoji=False),
+        optional=field.kind == "boolean" or not field.required,
+        element=element,
+    )
 
 
 def render_correction_modal(handoff: Handoff) -> dict[str, Any]:
@@ -248,11 +313,25 @@ def _full_parts(handoff: Handoff) -> list[tuple[str, str]]:
         parts = [("Question", payload.question)]
         if payload.choices:
             parts.append(("Choices", "\n".join(f"- {c}" for c in payload.choices)))
+        fields = answer_fields_of(handoff)
+        if fields is not None:
+            parts.append(("Answer fields", fields_listing(fields)))
         return parts
     if payload.kind == "correction":
         parts = [("Instructions", payload.instructions)] if payload.instructions else []
         return [*parts, ("Draft", payload.draft)]
     return [("Summary", payload.summary)]
+
+
+def render_notice_modal(title: str, text: str) -> dict[str, Any]:
+    """A modal that only tells (mrkdwn ``text``), closed with its one button."""
+    view = View(
+        type="modal",
+        title=clip(title, MODAL_TITLE_LIMIT),
+        close="Close",
+        blocks=[SectionBlock(text=MarkdownTextObject(text=clip(text, SECTION_TEXT_LIMIT)))],
+    )
+    return view.to_dict()
 
 
 def _modal(

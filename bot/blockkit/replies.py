@@ -30,7 +30,15 @@ from bot.blockkit.limits import (
     MESSAGE_TEXT_BUDGET,
     SECTION_TEXT_LIMIT,
 )
-from bot.blockkit.message import RenderedMessage, decision_buttons, handoff_title, outcome_text
+from bot.blockkit.message import (
+    RenderedMessage,
+    decision_buttons,
+    handoff_title,
+    outcome_text,
+    voted_text,
+    votes_count_text,
+    votes_progress_text,
+)
 from bot.mrkdwn import (
     agent_text,
     ago,
@@ -118,8 +126,10 @@ def render_help(command: str, *, problem: str | None = None) -> RenderedMessage:
         f"• `{command} reassign <id> <#channel|@user|@group>`: post it there instead; the "
         "old message points to the new one",
         f"• `{command} retry <id>`: retry a delivery, resume or message update that failed "
-        "after its retries (an _undeliverable_ handoff is not posted again: its agent asks "
-        "again)",
+        "after its retries (an _undeliverable_ handoff is not posted again: redeliver it)",
+        f"• `{command} redeliver <id> [#channel|@user]`: ask again what an _undeliverable_ "
+        "handoff asked, as a new handoff for the same run, posted there (or where it was "
+        "sent); its decision resumes the run again",
         f"• `{command} stats [7d]`: pending by type and channel, time to decision, expiry "
         "rate, failed resumes",
         f"• `{command} help`: this list",
@@ -164,8 +174,11 @@ def describe_filter(listing: ListFilter) -> str:
     return "All pending handoffs"
 
 
-def render_listing(listing: Listing, *, now: datetime | None = None) -> RenderedMessage:
-    """A page of handoffs, each with a Details button, and Previous/Next buttons."""
+def render_listing(
+    listing: Listing, *, viewer: str | None = None, now: datetime | None = None
+) -> RenderedMessage:
+    """A page of handoffs, each with a Details button, and Previous/Next buttons; one
+    ``viewer`` already voted on says so (it waits for others, not for them)."""
     heading = describe_filter(listing.filter)
     blocks: list[Block] = [SectionBlock(text=MarkdownTextObject(text=f"*{heading}*"))]
     if not listing.items:
@@ -185,7 +198,7 @@ def render_listing(listing: Listing, *, now: datetime | None = None) -> Rendered
             SectionBlock(
                 block_id=f"item_{handoff.id}",
                 text=MarkdownTextObject(
-                    text=_item_text(handoff, now, gist_length, failures=failures)
+                    text=_item_text(handoff, now, gist_length, failures=failures, viewer=viewer)
                 ),
                 accessory=ButtonElement(text="Details", action_id=LIST_SHOW, value=handoff.id),
             )
@@ -207,13 +220,20 @@ def _position(listing: Listing) -> str:
 
 
 def _item_text(
-    handoff: Handoff, now: datetime | None, gist_length: int, *, failures: bool = False
+    handoff: Handoff,
+    now: datetime | None,
+    gist_length: int,
+    *,
+    failures: bool = False,
+    viewer: str | None = None,
 ) -> str:
     lines = [f"*{agent_text(handoff_title(handoff), 100)[0]}*  `{handoff.id}`"]
     request = gist(handoff)
     if request and gist_length:
         lines.append(agent_text(request, gist_length)[0])
     lines.append(facts(handoff, now))
+    if viewer and (voted := voted_text(handoff, viewer)):
+        lines.append(voted)
     if failures:
         lines.append(failure_text(handoff))
     return "\n".join(lines)
@@ -236,6 +256,8 @@ def facts(handoff: Handoff, now: datetime | None) -> str:
         facts.append(channel_mention(handoff.channel))
     if handoff.reviewers:
         facts.append("for " + ", ".join(reviewer_mention(r) for r in handoff.reviewers[:3]))
+    if count := votes_count_text(handoff):
+        facts.append(count)
     facts.append(f"created {ago(handoff.created_at, now)}")
     return " · ".join(facts)
 
@@ -273,6 +295,8 @@ def render_detail(handoff: Handoff, audit: list[AuditEvent]) -> RenderedMessage:
         )
     if not handoff.is_pending:
         blocks.append(SectionBlock(text=MarkdownTextObject(text=outcome_text(handoff))))
+    elif handoff.quorum is not None:
+        blocks.append(SectionBlock(text=MarkdownTextObject(text=votes_progress_text(handoff))))
     blocks.append(ContextBlock(elements=[MarkdownTextObject(text=_tasks_line(handoff))]))
     blocks.append(_detail_actions(handoff))
     blocks.append(DividerBlock())

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from bot.cli.app import main, settings
 from bot.cli.output import echo_json, json_option
 from store.api_keys import ApiKeys, describe
+from store.connection import is_cluster_url
 from store.durations import parse_age
+from store.exceptions import ConfigurationError
 
 
 @main.command()
@@ -18,10 +22,21 @@ def api(host: str, port: int) -> None:
     import uvicorn
 
     from bot.api.app import ApiConfig, build_app
+    from worker import metrics
     from worker.outbound import parse_allowed_hosts
+    from worker.tracing import configure_from_env
 
     current = settings()
+    configure_from_env("handoff-api")
     url = current.require_redis_url()
+    # One process: its /metrics shows its own counts, never those of the other commands
+    # that a PROMETHEUS_MULTIPROC_DIR set on this host would add up.
+    metrics.use_single_process_mode()
+    if is_cluster_url(url):
+        raise ConfigurationError(
+            "`handoff api` does not run on Redis Cluster (its waits use pub/sub on one "
+            "server): give it a plain or Sentinel REDIS_URL"
+        )
     # Reads give up after a few seconds (a 503 with Retry-After) rather than hang on a
     # Redis that stopped answering.
     redis = current.open_redis(socket_connect_timeout=2, socket_timeout=5)
@@ -31,9 +46,14 @@ def api(host: str, port: int) -> None:
             redis_url=url,
             creates_per_minute=current.api_creates_per_minute,
             webhook_allowed_hosts=parse_allowed_hosts(current.webhook_allowed_hosts),
+            metrics=current.metrics,
         ),
     )
-    uvicorn.run(app, host=host, port=port, log_level="info", server_header=False)
+    if not current.metrics:
+        metrics.disable()
+    # JSON logs: uvicorn's loggers then go to ours (HANDOFF_LOG_FORMAT) instead of its own.
+    logs: dict[str, Any] = {} if current.log_format == "text" else {"log_config": None}
+    uvicorn.run(app, host=host, port=port, log_level="info", server_header=False, **logs)
 
 
 @main.group()
@@ -43,7 +63,7 @@ def keys() -> None:
 
 def _keys() -> ApiKeys:
     store = settings().open_store()
-    return ApiKeys(store.redis, store.keys)
+    return ApiKeys(store.redis, store.keys, acks=store.config.replica_acks)
 
 
 @keys.command(name="create")

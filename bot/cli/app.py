@@ -15,8 +15,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from bot.cli.exit_codes import exit_code_of
 from bot.config import Settings
-from store.exceptions import HandoffError
-from worker.runner import LOG_FORMAT
+from store.exceptions import HandoffError, ReplicasNotConfirmed
 
 
 def settings() -> Settings:
@@ -35,6 +34,9 @@ class Failure(click.ClickException):
 
 
 def _message(exc: HandoffError | RedisError) -> str:
+    if isinstance(exc, ReplicasNotConfirmed):
+        # Redis answered; its replicas did not confirm (its message says what to do).
+        return str(exc)
     if isinstance(exc, RedisResponseError):
         # Redis itself refused (a database number it does not have, a bad client name).
         return f"Redis refused: {exc}; check REDIS_URL"
@@ -79,23 +81,23 @@ def main(ctx: click.Context, verbose: bool) -> None:
     """
     if os.environ.get("NO_COLOR"):  # https://no-color.org: set and not empty
         ctx.color = False
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format=LOG_FORMAT,
-    )
-    _redact_secrets()
+    _set_up_logs(logging.DEBUG if verbose else logging.INFO)
 
 
-def _redact_secrets() -> None:
-    """Keep the tokens and the signing secret out of every log line of this process and of
-    the processes it forks (gunicorn workers, RQ work horses)."""
+def _set_up_logs(level: int) -> None:
+    """Log at ``level`` in ``HANDOFF_LOG_FORMAT``, and keep the tokens and the signing secret
+    out of every log line of this process and of the processes it forks (gunicorn workers,
+    RQ work horses)."""
     from pydantic import ValidationError
 
+    from bot.log_format import configure_logging
     from bot.log_redaction import install
 
     try:
         current = Settings()
     except ValidationError:  # the command itself reports what is wrong with the settings
+        configure_logging(level)
         install([])
         return
+    configure_logging(level, current.log_format)
     install([current.slack_bot_token, current.slack_signing_secret, current.slack_app_token])

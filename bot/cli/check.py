@@ -23,6 +23,7 @@ from bot.cli.app import main
 from bot.cli.exit_codes import ExitCode
 from bot.cli.output import echo_json, json_option
 from bot.config import Settings
+from store.connection import open_client
 from store.exceptions import ConfigurationError
 from store.settings import StoreSettings, redacted_url
 
@@ -62,12 +63,16 @@ def check_redis(settings: StoreSettings) -> list[Finding]:
             )
         ]
     where = redacted_url(settings.redis_url)
-    client = Redis.from_url(
-        settings.redis_url,
-        socket_connect_timeout=REDIS_TIMEOUT_SECONDS,
-        socket_timeout=REDIS_TIMEOUT_SECONDS,
-        retry=Retry(NoBackoff(), 0),
-    )
+    try:
+        # A cluster's client connects as it is made (to read the slot map).
+        client = open_client(
+            settings.redis_url,
+            socket_connect_timeout=REDIS_TIMEOUT_SECONDS,
+            socket_timeout=REDIS_TIMEOUT_SECONDS,
+            retry=Retry(NoBackoff(), 0),
+        )
+    except RedisError as exc:
+        return [_not_answering(where, exc)]
     try:
         started = time.perf_counter()
         client.ping()
@@ -82,19 +87,21 @@ def check_redis(settings: StoreSettings) -> list[Finding]:
             )
         ]
         findings += _redis_config(client)
-        findings += _workers(client, settings)
+        findings += _queue_workers(client, settings)
         return findings
     except RedisError as exc:
-        return [
-            Finding(
-                Level.FAIL,
-                "redis",
-                f"{where} is not answering ({' '.join(str(exc).split())})",
-                "start Redis or fix REDIS_URL",
-            )
-        ]
+        return [_not_answering(where, exc)]
     finally:
         client.close()
+
+
+def _not_answering(where: str, exc: RedisError) -> Finding:
+    return Finding(
+        Level.FAIL,
+        "redis",
+        f"{where} is not answering ({' '.join(str(exc).split())})",
+        "start Redis or fix REDIS_URL",
+    )
 
 
 def _config(client: Redis, name: str) -> str | None:
@@ -162,6 +169,36 @@ def _redis_config(client: Redis) -> list[Finding]:
     elif policy == "noeviction":
         findings.append(Finding(Level.OK, "redis", "maxmemory-policy noeviction"))
     return findings
+
+
+def _queue_workers(client: Redis, settings: StoreSettings) -> list[Finding]:
+    """``_workers`` on the Redis of the queues (HANDOFF_QUEUE_REDIS_URL when set)."""
+    try:
+        queue_url = settings.require_queue_redis_url()
+    except ConfigurationError as exc:
+        return [Finding(Level.FAIL, "workers", str(exc), "set HANDOFF_QUEUE_REDIS_URL")]
+    if queue_url == settings.redis_url:
+        return _workers(client, settings)
+    queues = open_client(
+        queue_url,
+        socket_connect_timeout=REDIS_TIMEOUT_SECONDS,
+        socket_timeout=REDIS_TIMEOUT_SECONDS,
+        retry=Retry(NoBackoff(), 0),
+    )
+    try:
+        queues.ping()
+        return _workers(queues, settings)
+    except RedisError as exc:
+        return [
+            Finding(
+                Level.FAIL,
+                "workers",
+                f"the queues' Redis is not answering ({' '.join(str(exc).split())})",
+                "start it or fix HANDOFF_QUEUE_REDIS_URL",
+            )
+        ]
+    finally:
+        queues.close()
 
 
 def _workers(client: Redis, settings: StoreSettings) -> list[Finding]:

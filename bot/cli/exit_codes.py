@@ -22,6 +22,7 @@ from store.exceptions import (
     InvalidDecision,
     InvalidHandoffRequest,
     NotRetryable,
+    VoteRefused,
 )
 
 
@@ -36,7 +37,8 @@ class ExitCode(IntEnum):
     """No handoff has this id."""
     CONFLICT = 4
     """The handoff is not in a state for this: already decided, claimed by someone else,
-    not claimed yet, nothing failed to retry, an idempotency key reused."""
+    not claimed yet, nothing failed to retry, an idempotency key reused, a vote that cannot
+    count (already voted, the requester, arguments edited since)."""
     UNAVAILABLE = 5
     """Redis cannot be reached, timed out, or refused the command."""
 
@@ -48,6 +50,7 @@ _CONFLICTS = (
     IdempotencyConflict,
     NotRetryable,
     ApiKeyNameTaken,
+    VoteRefused,
 )
 _USAGE = (ConfigurationError, InvalidHandoffRequest, InvalidDecision, ApiKeyError)
 

@@ -1,5 +1,5 @@
 """The commands that read and change handoffs: ``list``, ``failed``, ``show``,
-``decide``, ``claim``, ``cancel``, ``expire``, ``reassign`` and ``retry``.
+``decide``, ``claim``, ``cancel``, ``expire``, ``reassign``, ``retry`` and ``redeliver``.
 
 Each change goes through the same store call the Slack commands use (one Lua script, so
 exactly once and audited with ``--by``); ``--json`` prints the resulting handoff."""
@@ -7,6 +7,7 @@ exactly once and audited with ``--by``); ``--json`` prints the resulting handoff
 from __future__ import annotations
 
 import bisect
+import json
 
 import click
 
@@ -14,6 +15,8 @@ from bot.blockkit.replies import TASK_NAMES
 from bot.cli.app import main, settings
 from bot.cli.output import echo_json, failed_record, json_option, record, summary_lines
 from store import slack_ids
+from store.exceptions import AlreadyDecided, NotRetryable
+from store.ids import is_handoff_id
 from store.lost_attempts import retry_warning
 from store.models import Handoff, RequestType, Status, TaskKind
 from store.repository import HandoffStore
@@ -103,9 +106,12 @@ def list_pending(
         echo_json({"handoffs": [record(h) for h in page.items], "next_cursor": page.next_cursor})
         return
     for handoff in page.items:
+        votes = ""
+        if handoff.quorum is not None:
+            votes = f"  approvals={len(handoff.live_votes('approved'))}/{handoff.quorum[0]}"
         click.echo(
             f"{handoff.id}  {handoff.request_type.value:<10}  run={handoff.run_id}  "
-            f"created={handoff.created_at:%Y-%m-%d %H:%M:%S}"
+            f"created={handoff.created_at:%Y-%m-%d %H:%M:%S}{votes}"
         )
     if page.next_cursor:
         click.echo(f"more: --cursor {page.next_cursor}")
@@ -156,6 +162,12 @@ def _list_failed(store: HandoffStore, *, cursor: str | None, limit: int, as_json
 @click.option("--by", required=True, help="Who decides (e.g. a Slack user id).")
 @click.option("--comment", default=None, help="Reason or note.")
 @click.option("--answer", default=None, help="Answer text (questions, escalations).")
+@click.option(
+    "--answer-data",
+    default=None,
+    metavar="JSON",
+    help="A typed answer: a JSON object of the question's answer_schema fields.",
+)
 @json_option
 def decide(
     handoff_id: str,
@@ -163,12 +175,27 @@ def decide(
     by: str,
     comment: str | None,
     answer: str | None,
+    answer_data: str | None,
     as_json: bool,
 ) -> None:
     """Decide a pending handoff (to cancel or expire one, see `cancel` and `expire`)."""
+    typed = None
+    if answer_data is not None:
+        try:
+            typed = json.loads(answer_data)
+        except (ValueError, RecursionError):
+            typed = None
+        if not isinstance(typed, dict):
+            raise click.BadParameter("give a JSON object", param_hint="--answer-data")
     store = settings().open_store()
     handoff = store.decide(
-        handoff_id, outcome, decided_by=by, via=_CLI, comment=comment, answer=answer
+        handoff_id,
+        outcome,
+        decided_by=by,
+        via=_CLI,
+        comment=comment,
+        answer=answer,
+        answer_data=typed,
     )
     _done(handoff, as_json, f"{handoff.id} is {handoff.status.value}")
 
@@ -231,8 +258,20 @@ def reassign(
         raise click.BadParameter(problem, param_hint="--reviewer")
     store = settings().open_store()
     # A handoff in a person's DM given to another person goes to their DM, as with /handoff.
-    channel = slack_ids.reassigned_channel(store.get(handoff_id).channel, channel, reviewers)
-    handoff = store.reassign(handoff_id, by=by, channel=channel, reviewers=list(reviewers) or None)
+    current = store.get(handoff_id)
+    channel = slack_ids.reassigned_channel(current.channel, channel, reviewers)
+    try:
+        handoff = store.reassign(
+            handoff_id, by=by, channel=channel, reviewers=list(reviewers) or None
+        )
+    except AlreadyDecided as exc:
+        if exc.status != Status.UNDELIVERABLE.value:
+            raise
+        raise NotRetryable(
+            f"handoff {handoff_id} is undeliverable: it is closed and its run was resumed, "
+            f"so it is not reassigned; redeliver it as a new handoff instead: "
+            f"handoff redeliver {handoff_id} --channel C…"
+        ) from exc
     where = f"to {handoff.channel}" if channel else "where it was"
     who = f" for {', '.join(handoff.reviewers)}" if reviewers else ""
     _done(handoff, as_json, f"{handoff.id} is reassigned{who}; a worker posts it {where}")
@@ -253,3 +292,38 @@ def retry(handoff_id: str, by: str, as_json: bool) -> None:
         click.echo(f"{', '.join(kind.value for kind in retried)} of {handoff_id} queued again")
     if warning and TaskKind.RESUME in retried:
         click.echo(f"warning: {warning}", err=True)
+
+
+@main.command()
+@click.argument("handoff_id")
+@click.option(
+    "--channel",
+    default=None,
+    help="Post the new handoff in this channel id (C…, G…) or DM (U…); default: where the "
+    "old one was sent.",
+)
+@click.option("--by", default=_CLI, show_default=True, help="Who redelivers it (audited).")
+@json_option
+def redeliver(handoff_id: str, channel: str | None, by: str, as_json: bool) -> None:
+    """Ask again, as a new handoff, what an undeliverable handoff asked.
+
+    The new handoff has the same request (run, type, payload, reviewers, resume target), is
+    posted by a worker and resumes the run once more when decided; the old one stays closed.
+    """
+    if not is_handoff_id(handoff_id):
+        raise click.BadParameter(
+            f"{handoff_id!r} is not a handoff id (they look like ho_01JDZ3Q6T5...)",
+            param_hint="HANDOFF_ID",
+        )
+    if channel is not None and (problem := slack_ids.DESTINATION.first_refusal([channel])):
+        raise click.BadParameter(problem, param_hint="--channel")
+    made = settings().open_store().redeliver(handoff_id, by=by, channel=channel)
+    new = made.handoff
+    if as_json:
+        echo_json({**record(new), "created": made.created})
+        return
+    where = new.channel or "the default channel"
+    if made.created:
+        click.echo(f"{handoff_id} is redelivered as {new.id}; a worker posts it in {where}")
+    else:
+        click.echo(f"{handoff_id} was redelivered already, as {new.id} ({new.status.value})")

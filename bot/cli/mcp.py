@@ -32,6 +32,10 @@ from bot.cli.app import main
 def mcp(api_url: str, api_key: str, run_id: str | None) -> None:
     """Serve the MCP tools (request_approval, ask_human, request_correction, escalate,
     get_handoff, permission_prompt) over stdio."""
+    from bot import mcp as mcp_extra
+
+    if not mcp_extra.installed():
+        raise click.UsageError(mcp_extra.NOT_INSTALLED)
     from bot.mcp.server import Api, build_server
 
     # stdout carries the protocol: logs go to stderr only, and quietly.

@@ -75,6 +75,17 @@ def summary_lines(handoff: Handoff, audit: list[AuditEvent]) -> list[str]:
         lines.append(f"  context: {handoff.context}")
     if handoff.claimed_by:
         lines.append(f"  claimed by {handoff.claimed_by} at {_when(handoff.claimed_at)}")
+    if handoff.quorum is not None:
+        approvals, rejections = handoff.quorum
+        lines.append(
+            f"  needs {approvals} approvals (or {rejections} rejection"
+            f"{'' if rejections == 1 else 's'}): {len(handoff.live_votes('approved'))} "
+            f"approved, {len(handoff.live_votes('rejected'))} rejected so far"
+        )
+    votes = handoff.resume_data.votes if handoff.resume_data else None
+    for vote in votes or handoff.votes:
+        cleared = "  (cleared by an edit)" if vote.cleared else ""
+        lines.append(f"    vote: {vote.outcome} by {vote.by} at {_when(vote.at)}{cleared}")
     decision = handoff.resume_data
     if decision is not None:
         lines.append(
@@ -84,6 +95,8 @@ def summary_lines(handoff: Handoff, audit: list[AuditEvent]) -> list[str]:
         for name in ("comment", "answer", "corrected_draft"):
             if value := getattr(decision, name):
                 lines.append(f"    {name}: {value}")
+        if decision.approvers:
+            lines.append(f"    approvers: {', '.join(decision.approvers)}")
         if decision.edited_args is not None:
             lines.append(f"    edited args: {json.dumps(decision.edited_args)}")
     for kind_name, task in (

@@ -36,15 +36,45 @@ from worker.notifier import LoggingNotifier, Notifier
     "Slack), or only resumes or only Slack work (posts, updates, reminders), to scale them "
     "apart.",
 )
-def worker(burst: bool, no_dispatcher: bool, name: str | None, fork: bool, work: str) -> None:
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    help="Serve /metrics on this port: the counts of all this worker's processes and the "
+    "store's figures (docs/monitoring.md).",
+)
+@click.option(
+    "--metrics-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="The address /metrics listens on (0.0.0.0: every interface).",
+)
+def worker(
+    burst: bool,
+    no_dispatcher: bool,
+    name: str | None,
+    fork: bool,
+    work: str,
+    metrics_port: int | None,
+    metrics_host: str,
+) -> None:
     """Run RQ workers (and a dispatcher) for resumes and for Slack work."""
     from worker.outbound import parse_allowed_hosts
     from worker.runner import run_worker
+    from worker.tracing import configure_from_env
     from worker.webhooks import WebhookConfig
 
     settings = _settings()
+    configure_from_env("handoff-worker")
+    if not settings.metrics:
+        if metrics_port is not None:
+            raise click.UsageError("--metrics-port needs HANDOFF_METRICS on (it is false)")
+        from worker.metrics import disable
+
+        disable()
     run_worker(
         settings.require_redis_url(),
+        queue_redis_url=_queue_url(settings),
         store_config=settings.store_config(),
         queue_name=settings.queue,
         notifier=build_notifier(settings),
@@ -60,7 +90,15 @@ def worker(burst: bool, no_dispatcher: bool, name: str | None, fork: bool, work:
             allowed_hosts=parse_allowed_hosts(settings.webhook_allowed_hosts),
             timeout_seconds=settings.webhook_timeout_seconds,
         ),
+        metrics_address=(metrics_host, metrics_port) if metrics_port is not None else None,
     )
+
+
+def _queue_url(settings: Settings) -> str | None:
+    """HANDOFF_QUEUE_REDIS_URL when the queues are not beside the store (None: they are);
+    a ``ConfigurationError`` when the store is a cluster and no such URL is set."""
+    queue_url = settings.require_queue_redis_url()
+    return None if queue_url == settings.require_redis_url() else queue_url
 
 
 def build_notifier(settings: Settings) -> Notifier:
@@ -132,6 +170,7 @@ def dispatcher() -> None:
     settings = _settings()
     run_dispatcher(
         settings.require_redis_url(),
+        queue_redis_url=_queue_url(settings),
         store_config=settings.store_config(),
         queue_name=settings.queue,
         interval=settings.sweep_interval_seconds,

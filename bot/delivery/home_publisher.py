@@ -90,7 +90,9 @@ class Homes:
         now = now or datetime.now(UTC)
         queue = self.listings.queue(user_id, limit=HOME_QUEUE_SHOWN)
         recent = self.recent_decisions(user_id, now=now)
-        view = render_home(queue, recent, command=self.command, notice=notice, now=now)
+        view = render_home(
+            queue, recent, command=self.command, viewer=user_id, notice=notice, now=now
+        )
         queue_ids = [h.id for h in queue.items[:HOME_QUEUE_SHOWN]]
         full = len(queue.items) >= HOME_QUEUE_SHOWN
         return BuiltHome(

@@ -43,6 +43,7 @@ from bot.delivery.slack_errors import describe, error_code, is_permanent, retry_
 from bot.mrkdwn import is_usergroup, reviewer_mention
 from bot.slack_client import AMBIGUOUS_ERRORS
 from store.models import Handoff, PostWindow
+from store.policies import decided_by_policy
 from worker.notifier import FIRST_ATTEMPT, Attempt, DeliveryFailed, Undeliverable
 
 logger = logging.getLogger(__name__)
@@ -104,6 +105,10 @@ class SlackNotifier:
         ``DeliveryFailed`` for what a later attempt may fix (with ``retry_after`` for a
         rate limit).
         """
+        if decided_by_policy(handoff):
+            # A routing policy's rule decided it as it was created: nobody is asked, so
+            # nothing is posted (its audit trail records the rule).
+            return {}
         target = handoff.channel or self.default_channel
         if not target:
             raise NoChannel(
@@ -155,6 +160,8 @@ class SlackNotifier:
         refs = dict(handoff.message_refs)
         channel, ts = refs.get("channel"), refs.get("ts")
         if not channel or not ts:
+            if decided_by_policy(handoff):
+                return None  # decided by a policy rule, never posted (``deliver``)
             if handoff.delivery.state.value in ("completed", "failed"):
                 return None  # never posted to Slack (e.g. delivered to the log): nothing to update
             raise RuntimeError(f"handoff {handoff.id} is not posted yet; will retry")

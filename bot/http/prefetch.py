@@ -15,7 +15,7 @@ from typing import Any
 
 from redis.client import Pipeline
 
-from store.ids import is_handoff_id
+from store.ids import is_handoff_id, parse_decision_value
 from store.repository import HandoffStore
 
 
@@ -54,8 +54,8 @@ def clicked_handoff_read(store: HandoffStore) -> ReadFor:
         actions = body.get("actions")
         if not isinstance(actions, list) or not actions or not isinstance(actions[0], dict):
             return None
-        value = actions[0].get("value")
-        if not isinstance(value, str) or not is_handoff_id(value):
+        value, _ = parse_decision_value(actions[0].get("value"))
+        if value is None or not is_handoff_id(value):
             return None
         return PrefetchRead(
             store.keys.handoff(value), functools.partial(store.queue_read, handoff_id=value)

@@ -1,5 +1,5 @@
 """The WSGI app of ``handoff serve``: ``POST /slack/events`` through the request checks to
-Bolt, and ``GET /healthz``.
+Bolt, ``GET /healthz`` and ``GET /metrics``.
 
 The app is built around an already built Bolt app and request gate (``bot.serve`` builds
 both from settings), so this module knows nothing of settings or of the listeners.
@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable, Iterable, Sequence
 from http import HTTPStatus
 from typing import Any
 
+from prometheus_client import CollectorRegistry
 from redis import Redis
 from redis.exceptions import RedisError
 from slack_bolt import App, BoltRequest
@@ -20,32 +22,44 @@ from slack_bolt import App, BoltRequest
 from bot.http.checks import Admitted, AlreadyRun, NotAdmitted, Rejection, RequestGate
 from bot.http.prefetch import PREFETCHED_KEY
 from bot.http.unavailable import tell, try_again
+from bot.metrics import count_request, surface_of
+from worker.metrics import CONTENT_TYPE, count_redis_error, exposition
 
 logger = logging.getLogger(__name__)
 
 EVENTS_PATH = "/slack/events"
 HEALTH_PATH = "/healthz"
+METRICS_PATH = "/metrics"
 
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 
-def make_wsgi_app(bolt_app: App, redis: Redis, *, gate: RequestGate) -> WSGIApp:
-    """``/slack/events`` for events, interactivity and commands; ``GET /healthz`` checks Redis.
+def make_wsgi_app(
+    bolt_app: App, redis: Redis, *, gate: RequestGate, metrics: CollectorRegistry | None = None
+) -> WSGIApp:
+    """``/slack/events`` for events, interactivity and commands; ``GET /healthz`` checks Redis;
+    ``GET /metrics`` shows ``metrics`` (not served without).
 
     Every POST to ``/slack/events`` passes ``gate`` (size, signature, shape, replay) first,
     and Bolt gets the body the gate parsed: parsing a large URL-encoded payload twice, and
-    checking its signature twice, was a good part of a click's cost.
+    checking its signature twice, was a good part of a click's cost. Each is counted by
+    surface and outcome, with the time it took to answer (``bot.metrics``).
     """
 
     def application(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         path, method = environ.get("PATH_INFO"), environ.get("REQUEST_METHOD")
         if path == HEALTH_PATH and method == "GET":
             return _health(redis, start_response)
+        if path == METRICS_PATH and method == "GET" and metrics is not None:
+            return _answer(start_response, "200 OK", exposition(metrics), CONTENT_TYPE)
         if path != EVENTS_PATH or method != "POST":
             return _answer(start_response, "404 Not Found", b"Not Found", "text/plain")
+        started = time.perf_counter()
         admitted = gate.admit(environ)
         if not isinstance(admitted, Admitted):
-            return _not_admitted(start_response, admitted)
+            answer = _not_admitted(start_response, admitted)
+            _count_not_admitted(admitted, time.perf_counter() - started)
+            return answer
         response = bolt_app.dispatch(_bolt_request(environ, admitted))
         status = HTTPStatus(response.status)
         headers = [
@@ -58,9 +72,23 @@ def make_wsgi_app(bolt_app: App, redis: Redis, *, gate: RequestGate) -> WSGIApp:
         start_response(
             f"{status.value} {status.phrase}", [*headers, ("Content-Length", str(len(body)))]
         )
+        outcome = "ok" if status < 400 else "error" if status >= 500 else "refused"
+        count_request(surface_of(admitted.body), outcome, time.perf_counter() - started)
         return [body]
 
     return application
+
+
+def _count_not_admitted(outcome: NotAdmitted, seconds: float) -> None:
+    """Count a request that did not go on to Bolt: refused by a check, an event run
+    before, or one the replay check could not check (Redis unavailable)."""
+    if isinstance(outcome, Rejection):
+        count_request("unknown", "rejected", seconds)
+    elif isinstance(outcome, AlreadyRun):
+        count_request("event", "duplicate", seconds)
+    else:
+        count_redis_error("serve")
+        count_request(surface_of(outcome.body), "unavailable", seconds)
 
 
 def _not_admitted(start_response: Callable[..., Any], outcome: NotAdmitted) -> list[bytes]:
@@ -115,6 +143,7 @@ def _health(redis: Redis, start_response: Callable[..., Any]) -> Iterable[bytes]
     except RedisError:
         # The error names hosts and ports: it goes to the log, not to whoever asks.
         logger.warning("health check: Redis unavailable", exc_info=True)
+        count_redis_error("serve")
         status, body = "503 Service Unavailable", {"ok": False, "redis": "unavailable"}
     return _json(start_response, status, body)
 

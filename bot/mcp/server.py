@@ -17,6 +17,8 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, Field
 
+from store.models import MAX_QUORUM
+
 POLL_SECONDS = 25.0
 """Longest single long-poll (the API holds up to 60 s); progress goes out between polls."""
 DEFAULT_TIMEOUT_SECONDS = 600.0
@@ -34,8 +36,14 @@ class HandoffResult(BaseModel):
     decided_by: str | None = None
     comment: str | None = Field(default=None, description="The reviewer's reason or note.")
     answer: str | None = None
+    answer_data: dict[str, Any] | None = Field(
+        default=None, description="The typed answer, for a question asked with answer_schema."
+    )
     edited_args: dict[str, Any] | None = None
     corrected_draft: str | None = None
+    approvers: list[str] | None = Field(
+        default=None, description="Everyone whose approval counted, when several were needed."
+    )
 
     @classmethod
     def of(cls, handoff: dict[str, Any]) -> HandoffResult:
@@ -47,8 +55,10 @@ class HandoffResult(BaseModel):
             decided_by=decision.get("decided_by"),
             comment=decision.get("comment"),
             answer=decision.get("answer"),
+            answer_data=decision.get("answer_data"),
             edited_args=decision.get("edited_args"),
             corrected_draft=decision.get("corrected_draft"),
+            approvers=decision.get("approvers"),
         )
 
 
@@ -66,9 +76,10 @@ class Api:
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
         try:
             # NaN and infinities are no JSON: refused here, as the API refuses them.
-            content = json.dumps(body, allow_nan=False).encode()
-        except ValueError:
-            raise ToolError("numbers must be finite (no NaN or Infinity)") from None
+            # UTF-8 as it is, not \u escapes: the API's size limit counts bytes.
+            content = json.dumps(body, allow_nan=False, ensure_ascii=False).encode()
+        except ValueError as exc:
+            raise ToolError(f"the arguments are not JSON the API takes: {exc}") from None
         headers["content-type"] = "application/json"
         return await self._call("POST", "/v1/handoffs", content=content, headers=headers)
 
@@ -79,6 +90,11 @@ class Api:
     async def _call(self, method: str, path: str, **options: Any) -> dict[str, Any]:
         try:
             answer = await self.client.request(method, path, **options)
+        except httpx.LocalProtocolError:
+            # The request could not even be written: a key with a newline or non-ASCII in it.
+            raise ToolError(
+                "cannot send the request: check HANDOFF_API_KEY (one line, as printed)"
+            ) from None
         except httpx.HTTPError as exc:
             raise ToolError(
                 f"cannot reach the handoff API ({type(exc).__name__}); check HANDOFF_API_URL"
@@ -129,12 +145,7 @@ Reviewers = Annotated[
 Required = Annotated[str, Field(min_length=1)]
 
 
-def build_server(
-    api: Api | Callable[[Context], Api],
-    *,
-    run_id: str = "mcp",
-    max_wait_seconds: float = MAX_TIMEOUT_SECONDS,
-) -> MCPServer:
+def build_server(api: Api | Callable[[Context], Api], *, run_id: str = "mcp") -> MCPServer:
     """The server over ``api`` (or, for Streamable HTTP, ``api(ctx)``: the API as the caller's
     key sees it); handoffs are created in run ``run_id``."""
 
@@ -147,13 +158,29 @@ def build_server(
     )
 
     async def create_and_wait(
-        body: dict[str, Any], key: str | None, timeout: float, ctx: Context
+        fields: dict[str, Any],
+        *,
+        context: str,
+        channel: str | None = None,
+        reviewers: list[str] | None = None,
+        key: str | None,
+        timeout: float,
+        ctx: Context,
     ) -> HandoffResult:
-        body = {"run_id": run_id, "thread_id": run_id, **body}
+        """Create the handoff of ``fields`` (its type's own) with the routing every tool takes,
+        and wait for its decision."""
+        body = {
+            "run_id": run_id,
+            "thread_id": run_id,
+            **fields,
+            "context": context,
+            "channel": channel,
+            "reviewers": reviewers or [],
+        }
         caller = api_of(ctx)
         try:
             created = await caller.create(body, key)
-            return await _wait(caller, created, min(timeout, max_wait_seconds), ctx)
+            return await _wait(caller, created, timeout, ctx)
         finally:
             if callable(api):  # a client for this call only
                 await caller.client.aclose()
@@ -169,18 +196,34 @@ def build_server(
         reviewers: Reviewers = None,
         timeout_seconds: Timeout = DEFAULT_TIMEOUT_SECONDS,
         idempotency_key: Key = None,
+        approvals_required: Annotated[
+            int,
+            Field(
+                ge=1,
+                le=MAX_QUORUM,
+                description="How many different people must approve (the first rejection "
+                "still rejects).",
+            ),
+        ] = 1,
         *,
         ctx: Context,
     ) -> HandoffResult:
         """Ask a person in Slack to approve, reject or edit an action before you take it."""
-        body = {
+        fields: dict[str, Any] = {
             "request_type": "approval",
             "action": {"name": action, "args": args or {}},
-            "context": context,
-            "channel": channel,
-            "reviewers": reviewers or [],
         }
-        return await create_and_wait(body, idempotency_key, timeout_seconds, ctx)
+        if approvals_required != 1:
+            fields["approvals_required"] = approvals_required
+        return await create_and_wait(
+            fields,
+            context=context,
+            channel=channel,
+            reviewers=reviewers,
+            key=idempotency_key,
+            timeout=timeout_seconds,
+            ctx=ctx,
+        )
 
     @server.tool()
     async def ask_human(
@@ -191,19 +234,36 @@ def build_server(
         reviewers: Reviewers = None,
         timeout_seconds: Timeout = DEFAULT_TIMEOUT_SECONDS,
         idempotency_key: Key = None,
+        answer_schema: Annotated[
+            dict[str, Any] | None,
+            Field(
+                description="For a typed answer (not with choices): the JSON Schema of a flat "
+                "object whose fields the person fills in a form: string (minLength, maxLength), "
+                'string with format "date", enum of strings, number and integer (minimum, '
+                "maximum), boolean; title and description per field; required. The result's "
+                "answer_data holds the object."
+            ),
+        ] = None,
         *,
         ctx: Context,
     ) -> HandoffResult:
-        """Ask a person in Slack a question and get their answer."""
-        body = {
+        """Ask a person in Slack a question and get their answer (typed, with answer_schema)."""
+        fields: dict[str, Any] = {
             "request_type": "question",
             "question": question,
             "choices": choices,
-            "context": context,
-            "channel": channel,
-            "reviewers": reviewers or [],
         }
-        return await create_and_wait(body, idempotency_key, timeout_seconds, ctx)
+        if answer_schema is not None:
+            fields["answer_schema"] = answer_schema
+        return await create_and_wait(
+            fields,
+            context=context,
+            channel=channel,
+            reviewers=reviewers,
+            key=idempotency_key,
+            timeout=timeout_seconds,
+            ctx=ctx,
+        )
 
     @server.tool()
     async def request_correction(
@@ -218,15 +278,20 @@ def build_server(
         ctx: Context,
     ) -> HandoffResult:
         """Have a person in Slack fix a draft; returns the corrected text."""
-        body = {
+        fields = {
             "request_type": "correction",
             "draft": draft,
             "instructions": instructions,
-            "context": context,
-            "channel": channel,
-            "reviewers": reviewers or [],
         }
-        return await create_and_wait(body, idempotency_key, timeout_seconds, ctx)
+        return await create_and_wait(
+            fields,
+            context=context,
+            channel=channel,
+            reviewers=reviewers,
+            key=idempotency_key,
+            timeout=timeout_seconds,
+            ctx=ctx,
+        )
 
     @server.tool()
     async def escalate(
@@ -240,14 +305,19 @@ def build_server(
         ctx: Context,
     ) -> HandoffResult:
         """Hand the task to a person in Slack, who claims and resolves it."""
-        body = {
+        fields = {
             "request_type": "escalation",
             "summary": summary,
-            "context": context,
-            "channel": channel,
-            "reviewers": reviewers or [],
         }
-        return await create_and_wait(body, idempotency_key, timeout_seconds, ctx)
+        return await create_and_wait(
+            fields,
+            context=context,
+            channel=channel,
+            reviewers=reviewers,
+            key=idempotency_key,
+            timeout=timeout_seconds,
+            ctx=ctx,
+        )
 
     @server.tool()
     async def get_handoff(
@@ -260,7 +330,7 @@ def build_server(
         caller = api_of(ctx)
         try:
             found = await caller.get(id)
-            return await _wait(caller, found, min(wait_seconds, max_wait_seconds), ctx)
+            return await _wait(caller, found, wait_seconds, ctx)
         finally:
             if callable(api):
                 await caller.client.aclose()
@@ -275,16 +345,12 @@ def build_server(
     ) -> str:
         """Agent hosts' permission prompt: may this tool run with this input? Answers
         {"behavior": "allow", "updatedInput": {...}} or {"behavior": "deny", "message": ...}."""
-        body = {
-            "request_type": "approval",
-            "action": {"name": tool_name, "args": input or {}},
-            "context": f"The agent wants to run `{tool_name}`.",
-        }
         result = await create_and_wait(
-            body,
-            f"permission-{tool_use_id}" if tool_use_id else None,
-            DEFAULT_TIMEOUT_SECONDS,
-            ctx,
+            {"request_type": "approval", "action": {"name": tool_name, "args": input or {}}},
+            context=f"The agent wants to run `{tool_name}`.",
+            key=f"permission-{tool_use_id}" if tool_use_id else None,
+            timeout=DEFAULT_TIMEOUT_SECONDS,
+            ctx=ctx,
         )
         if result.status == "approved" and result.request_type == "approval":
             allowed = result.edited_args if result.edited_args is not None else (input or {})

@@ -8,7 +8,9 @@ One line per event, oldest first::
 ``id`` is the event's entry id in the stream: unique, so overlapping exports deduplicate on it.
 
 Events: ``created``, ``delivery_started``, ``delivered``, ``viewed_full``, ``denied``,
-``claimed``, ``decided``, ``reminded``, ``escalated``, ``reassigned``, ``expired``,
+``claimed``, ``voted`` (an approve or reject that counted towards a quorum but did not decide
+it, its detail ``outcome``, ``approvals``, ``rejections`` and ``cleared``: whether it cleared
+earlier approvals), ``decided``, ``reminded``, ``escalated``, ``reassigned``, ``expired``,
 ``cancelled``, ``undeliverable``, and the attempts and results of deliveries, message updates
 and resumes (``resume_started``, ``resumed``, ``resume_attempt_failed``, ``resume_failed``,
 ``resume_retry_requested``...). The stream is trimmed to the retention period

@@ -143,7 +143,14 @@ class UnassignedIndex:
                 # scripts): a handoff naming reviewers is in a reviewer index. Much cheaper
                 # than reading and parsing the whole handoff.
                 pipe.hmget(self.store.keys.handoff(handoff_id), "status", "indexes")
-            states = pipe.execute()
+                # Handoffs keep their index list in their body; those written before the
+                # body existed, in the hash itself (see store.keys).
+                pipe.hget(self.store.keys.handoff_body(handoff_id), "indexes")
+            replies = pipe.execute()
+            states = [
+                (status, in_hash if in_hash is not None else in_body)
+                for (status, in_hash), in_body in zip(replies[::2], replies[1::2], strict=True)
+            ]
         reviewer_index = self.store.keys.pending_by_reviewer("")
         add: list[str] = []
         drop: list[str] = []

@@ -8,9 +8,12 @@ not the whole Block Kit schema.
 from __future__ import annotations
 
 import json
+import math
+import re
 import secrets
 import string
 from collections.abc import Iterator
+from datetime import date
 from typing import Any
 
 MAX_MESSAGE_BLOCKS = 50
@@ -32,6 +35,18 @@ MAX_ACTIONS_ELEMENTS = 25
 MAX_CONFIRM_TITLE = 100
 MAX_CONFIRM_TEXT = 300
 MAX_CONFIRM_BUTTON = 30
+MAX_LABEL = 2000
+MAX_HINT = 2000
+MAX_PLACEHOLDER = 150
+MAX_OPTION_TEXT = 75
+MAX_OPTION_VALUE = 150
+MAX_SELECT_OPTIONS = 100
+MAX_CHOICE_OPTIONS = 10
+"""Options of a checkboxes or radio_buttons element."""
+
+_SELECTS = frozenset({"static_select", "multi_static_select"})
+_CHOICES = frozenset({"checkboxes", "radio_buttons"})
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 INTERACTIVE_TYPES = frozenset(
     {
@@ -137,10 +152,101 @@ def _check_element(errors: list[str], pointer: str, element: dict[str, Any]) -> 
             )
     elif kind == "plain_text_input":
         max_length = element.get("max_length")
-        if isinstance(max_length, int) and max_length > MAX_INPUT_LENGTH:
-            errors.append(f"must be at most {MAX_INPUT_LENGTH} [json-pointer:{pointer}/max_length]")
+        if isinstance(max_length, int) and not 1 <= max_length <= MAX_INPUT_LENGTH:
+            errors.append(
+                f"must be between 1 and {MAX_INPUT_LENGTH} [json-pointer:{pointer}/max_length]"
+            )
+        min_length = element.get("min_length")
+        if isinstance(min_length, int) and not 0 <= min_length <= (
+            max_length if isinstance(max_length, int) else MAX_INPUT_LENGTH
+        ):
+            errors.append(f"must be between 0 and max_length [json-pointer:{pointer}/min_length]")
+    elif kind == "number_input":
+        _check_number_input(errors, pointer, element)
+    elif (
+        kind == "datepicker" and "initial_date" in element and not is_date(element["initial_date"])
+    ):
+        errors.append(f"must be a date YYYY-MM-DD [json-pointer:{pointer}/initial_date]")
+    if "placeholder" in element:
+        _check_plain_text(errors, f"{pointer}/placeholder", element["placeholder"], MAX_PLACEHOLDER)
+    if kind in _SELECTS or kind in _CHOICES:
+        _check_options(errors, pointer, element)
     if "confirm" in element:
         _check_confirm(errors, f"{pointer}/confirm", element["confirm"])
+
+
+def _check_options(errors: list[str], pointer: str, element: dict[str, Any]) -> None:
+    """The options of a select (100 at most) or of checkboxes and radio buttons (10): each
+    with text of at most 75 characters (``plain_text`` in a select) and a value of 150."""
+    kind = element["type"]
+    options = element.get("options")
+    if kind in _SELECTS and element.get("option_groups") is not None:
+        return  # option groups: not rendered by the bot, not checked here
+    limit = MAX_SELECT_OPTIONS if kind in _SELECTS else MAX_CHOICE_OPTIONS
+    if not isinstance(options, list) or not options:
+        errors.append(f"must provide at least one option [json-pointer:{pointer}/options]")
+        return
+    if len(options) > limit:
+        errors.append(f"must be less than {limit + 1} items [json-pointer:{pointer}/options]")
+    for index, option in enumerate(options):
+        where = f"{pointer}/options/{index}"
+        if not isinstance(option, dict):
+            errors.append(f"must be an option object [json-pointer:{where}]")
+            continue
+        if kind in _SELECTS:
+            _check_plain_text(errors, f"{where}/text", option.get("text"), MAX_OPTION_TEXT)
+        else:
+            _check_text_object(errors, f"{where}/text", option.get("text"), MAX_OPTION_TEXT)
+        value = option.get("value")
+        if not isinstance(value, str) or not 0 < len(value) <= MAX_OPTION_VALUE:
+            errors.append(
+                f"must be 1 to {MAX_OPTION_VALUE} characters [json-pointer:{where}/value]"
+            )
+
+
+def _check_number_input(errors: list[str], pointer: str, element: dict[str, Any]) -> None:
+    """A number input: ``is_decimal_allowed`` given; bounds and initial value numbers (whole
+    ones unless decimals are allowed), the minimum not above the maximum."""
+    decimals = element.get("is_decimal_allowed")
+    if not isinstance(decimals, bool):
+        errors.append(f"missing required field: is_decimal_allowed [json-pointer:{pointer}]")
+    bounds: dict[str, float] = {}
+    for key in ("min_value", "max_value", "initial_value"):
+        if key not in element:
+            continue
+        # Only the value typed in must be whole without decimals; bounds are any number.
+        number = number_in(element[key], decimals=decimals is True or key != "initial_value")
+        if number is None:
+            errors.append(f"must be a number in a string [json-pointer:{pointer}/{key}]")
+        else:
+            bounds[key] = number
+    low, high = bounds.get("min_value"), bounds.get("max_value")
+    if low is not None and high is not None and low > high:
+        errors.append(f"min_value must not exceed max_value [json-pointer:{pointer}/min_value]")
+
+
+def number_in(value: Any, *, decimals: bool) -> float | None:
+    """The number a number input's string holds (a whole one unless ``decimals``), or None."""
+    if not isinstance(value, str):
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    if not math.isfinite(number) or (not decimals and not number.is_integer()):
+        return None
+    return number
+
+
+def is_date(value: Any) -> bool:
+    """Is ``value`` a date as a date picker holds it, ``YYYY-MM-DD``?"""
+    if not isinstance(value, str) or not _DATE.fullmatch(value):
+        return False
+    try:
+        date.fromisoformat(value)
+    except ValueError:
+        return False
+    return True
 
 
 def _check_confirm(errors: list[str], pointer: str, confirm: Any) -> None:
@@ -196,7 +302,9 @@ def _check_block(errors: list[str], pointer: str, block: Any) -> None:
     elif kind == "input":
         if block.get("element") is None:
             errors.append(f"missing required field: element [json-pointer:{pointer}]")
-        _check_plain_text(errors, f"{pointer}/label", block.get("label"), 2000)
+        _check_plain_text(errors, f"{pointer}/label", block.get("label"), MAX_LABEL)
+        if "hint" in block:
+            _check_plain_text(errors, f"{pointer}/hint", block["hint"], MAX_HINT)
     seen_actions: set[str] = set()
     for element in elements_of(block):
         if kind == "actions":

@@ -13,7 +13,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from bot.standin.blockkit import elements_of, find_option, generated_id
+from bot.standin.blockkit import elements_of, find_option, generated_id, is_date, number_in
 from bot.standin.records import StandInError
 from bot.standin.workspace import Workspace
 
@@ -139,7 +139,10 @@ def view_state_values(
     """``view.state.values`` for a submission: every input block, filled from ``values``.
 
     Raises ``StandInError`` for a block_id/action_id that is not an input of the view, and for
-    what Slack's client itself would refuse: an empty required input, text outside min/max length.
+    what Slack's client itself would refuse: an empty required input, text outside min/max
+    length, a number input holding no number (or a decimal where only whole numbers go, or
+    one outside its min/max), a date picker holding anything but a date ``YYYY-MM-DD``. An
+    already-shaped dict is sent as it is, unchecked (a submission no client checked).
     """
     inputs = {
         block["block_id"]: (block, element)
@@ -174,8 +177,36 @@ def view_state_values(
                     f"input {block_id!r} takes {min_length}..{max_length} characters, "
                     f"got {len(chosen)}: Slack would not let the person submit it"
                 )
+        if isinstance(chosen, str) and chosen:
+            _check_typed(block_id, element, chosen)
         state[block_id] = {action_id: element_state(element, None if chosen == "" else chosen)}
     return state
+
+
+def _check_typed(block_id: str, element: dict[str, Any], chosen: str) -> None:
+    """What Slack's client refuses to submit in a number input or a date picker (the
+    workbench's page shows the same refusals)."""
+    kind = element["type"]
+    if kind == "number_input":
+        decimals = bool(element.get("is_decimal_allowed"))
+        number = number_in(chosen, decimals=decimals)
+        if number is None:
+            whole = "" if decimals else "whole "
+            raise StandInError(
+                f"input {block_id!r} takes a {whole}number, got {chosen!r}: "
+                "Slack would not let the person submit it"
+            )
+        for key, outside in (("min_value", number.__lt__), ("max_value", number.__gt__)):
+            bound = number_in(element.get(key), decimals=True)
+            if bound is not None and outside(bound):
+                raise StandInError(
+                    f"input {block_id!r} takes numbers within its {key} {element[key]}, got "
+                    f"{chosen}: Slack would not let the person submit it"
+                )
+    elif kind == "datepicker" and not is_date(chosen):
+        raise StandInError(
+            f"input {block_id!r} is a date picker: it gives a date YYYY-MM-DD, not {chosen!r}"
+        )
 
 
 def block_actions(

@@ -31,7 +31,7 @@ from collections import deque
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import MappingProxyType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlencode, urlsplit
 
 from slack_sdk.signature import SignatureVerifier
@@ -60,11 +60,18 @@ from bot.standin.workspace import (
     Workspace,
 )
 
+if TYPE_CHECKING:  # imported when Socket Mode is first used: websockets is loaded then
+    from bot.standin.socket_mode import Envelope, SocketMode
+
 logger = logging.getLogger(__name__)
 
 ACK_TIMEOUT_SECONDS = 3.0
 """How long Slack waits for the bot to answer a request before showing the person an error."""
+EVENT_RETRY_DELAYS = (0.0, 60.0, 300.0)
+"""When Slack sends an event again that was not acknowledged: at once, after a minute, after
+five minutes."""
 USER_AGENT = "Slackbot 1.0 (+https://api.slack.com/robots)"
+APPS_CONNECTIONS_OPEN = "apps.connections.open"
 
 _NO_GROUPS: Mapping[str, Sequence[str]] = MappingProxyType({})
 _NO_CHANNELS: Mapping[str, str] = MappingProxyType({})
@@ -136,9 +143,20 @@ class SlackStandIn:
         ack_timeout: float | None = ACK_TIMEOUT_SECONDS,
         latency: float = 0.0,
         scopes: Iterable[str] | None = None,
+        socket_mode: bool = False,
+        app_token: str | None = None,
     ) -> None:
         self.signing_secret = signing_secret
         self.bot_token = bot_token or f"xoxb-standin-{secrets.token_urlsafe(18)}"
+        self.app_token = app_token or f"xapp-1-{app_id}-{secrets.token_hex(12)}"
+        """The app-level token ``apps.connections.open`` accepts (Socket Mode)."""
+        self.socket_mode = socket_mode
+        """Socket Mode is on (the app's setting): what people do reaches the bot in envelopes
+        over the WebSocket it opened (``apps.connections.open``), not at ``bot_url``."""
+        self.event_retry_delays: Sequence[float] = EVENT_RETRY_DELAYS
+        """Seconds before each re-sending of an Events API envelope not acknowledged in
+        time (Socket Mode); Slack's: at once, after a minute, after five minutes."""
+        self._socket_mode: SocketMode | None = None
         self.bot_url = bot_url
         """The bot's request URL (e.g. http://127.0.0.1:3000/slack/events)."""
         self.ack_timeout = ack_timeout
@@ -193,6 +211,9 @@ class SlackStandIn:
         if server is None:
             return
         self._stopping.set()
+        if self._socket_mode is not None:
+            self._socket_mode.stop()
+            self._socket_mode = None
         server.shutdown()
         server.server_close()
         if self._thread is not None:
@@ -592,7 +613,11 @@ class SlackStandIn:
         if self.latency:
             self._stopping.wait(self.latency)
         headers = {}
-        if self._ws.scopes is not None and answer.get("error") not in _AUTH_ERRORS:
+        if (
+            self._ws.scopes is not None
+            and answer.get("error") not in _AUTH_ERRORS
+            and method != APPS_CONNECTIONS_OPEN  # the app-level token's: no bot scopes
+        ):
             # Slack names the token's scopes on every answer (`handoff check` reads them).
             headers["x-oauth-scopes"] = ",".join(sorted(self._ws.scopes))
         _answer(
@@ -611,13 +636,18 @@ class SlackStandIn:
         token: Any,
         decode_error: ApiError | None,
     ) -> dict[str, Any]:
+        authorization = handler.headers.get("Authorization", "")
+        bearer = authorization[len("Bearer ") :] if authorization.startswith("Bearer ") else None
+        if method == APPS_CONNECTIONS_OPEN:
+            return self._open_connection(bearer)
         if method not in webapi.METHODS:
             return {"ok": False, "error": "unknown_method", "req_method": method}
-        authorization = handler.headers.get("Authorization", "")
-        if authorization.startswith("Bearer "):
-            token = authorization[len("Bearer ") :]
+        token = bearer or token
         if not token:
             return {"ok": False, "error": "not_authed"}
+        if token == self.app_token:
+            # An app-level token opens Socket Mode connections and calls no other method.
+            return {"ok": False, "error": "not_allowed_token_type"}
         if token != self.bot_token:
             return {"ok": False, "error": "invalid_auth"}
         try:
@@ -634,6 +664,28 @@ class SlackStandIn:
             # A stand-in bug must not pass for a Slack outage (which clients would retry).
             logger.exception("stand-in failed to answer %s", method)
             return {"ok": False, "error": "standin_bug", "detail": repr(exc)}
+
+    def _open_connection(self, bearer: str | None) -> dict[str, Any]:
+        """``apps.connections.open``: a WebSocket URL for the app-level token, which must come
+        in the Authorization header (Slack refuses it as a parameter)."""
+        if not bearer:
+            return {"ok": False, "error": "not_authed"}
+        if bearer == self.bot_token:
+            return {"ok": False, "error": "not_allowed_token_type"}
+        if bearer != self.app_token:
+            return {"ok": False, "error": "invalid_auth"}
+        return {"ok": True, "url": self._socket().url()}
+
+    def _socket(self) -> SocketMode:
+        """The Socket Mode side, made (and websockets imported) the first time it is needed."""
+        with self._ws.lock:
+            if self._socket_mode is None:
+                from bot.standin.socket_mode import SocketMode
+
+                self._socket_mode = SocketMode(
+                    app_id=self._ws.app_id, host=self._host, stopping=self._stopping
+                )
+            return self._socket_mode
 
     def _missing_scope(self, method: str, params: dict[str, Any]) -> dict[str, Any] | None:
         """Slack's ``missing_scope`` answer when the token lacks the scope the call needs."""
@@ -711,6 +763,61 @@ class SlackStandIn:
                 {"ok": status == 200, **({} if status == 200 else {"error": answer})},
             )
         _answer(handler, status, answer.encode(), "text/html")
+
+    # Socket Mode
+
+    def _over_socket(
+        self, kind: str, payload: dict[str, Any], *, retry_attempt: int = 0, retry_reason: str = ""
+    ) -> Response:
+        """Deliver ``payload`` in a Socket Mode envelope of type ``kind``; the app's
+        acknowledgement is the answer (its ``payload`` the body). An Events API envelope not
+        acknowledged within ``ack_timeout`` is sent again after each of
+        ``event_retry_delays``; the answer is then the last envelope's."""
+        started = time.monotonic()
+        hub = self._socket()
+        if kind == "events_api":
+            envelope = hub.deliver_event(
+                payload,
+                ack_timeout=self.ack_timeout,
+                retry_delays=self.event_retry_delays,
+                retry_attempt=retry_attempt,
+                retry_reason=retry_reason,
+            )
+        else:
+            envelope = hub.deliver(kind, payload, ack_timeout=self.ack_timeout)
+        return _envelope_response(envelope, time.monotonic() - started)
+
+    def wait_for_socket_mode(self, *, timeout: float = 10.0) -> None:
+        """Wait until the app has a Socket Mode connection open (``TimeoutError`` if not)."""
+        if not self._socket().wait_connected(timeout):
+            raise TimeoutError(f"no Socket Mode connection opened within {timeout}s")
+
+    def socket_mode_connections(self) -> int:
+        """How many Socket Mode connections the app has open (not told to go)."""
+        return 0 if self._socket_mode is None else self._socket_mode.connections()
+
+    def envelopes(self) -> list[Envelope]:
+        """Every Socket Mode envelope sent to the app, with its acknowledgement, in order."""
+        return [] if self._socket_mode is None else self._socket_mode.sent()
+
+    def disconnect_socket_mode(
+        self, reason: str = "refresh_requested", *, close_after: float | None = None
+    ) -> int:
+        """Tell every Socket Mode connection to go, as Slack does before it refreshes them:
+        a ``disconnect`` message with ``reason`` ("warning", "refresh_requested",
+        "link_disabled"), then the connection closed ``close_after`` seconds later (default:
+        10 after a warning, else 2) unless the app closed it. Returns how many were told."""
+        return self._socket().disconnect(reason, close_after=close_after)
+
+    def drop_socket_mode(self) -> int:
+        """Break every Socket Mode connection with no goodbye (a TCP reset, as when the
+        network fails): the app must notice and connect again. Returns how many."""
+        return self._socket().drop()
+
+    def lose_acks(self, times: int = 1) -> None:
+        """Lose the next ``times`` Socket Mode acknowledgements: the app handled the
+        envelope, Slack never heard it did (an Events API envelope is then sent again)."""
+        self._socket().lose_acks(times)
 
     # Acting as a person
 
@@ -1023,6 +1130,8 @@ class SlackStandIn:
     def send_event(self, event: Mapping[str, Any], *, event_id: str | None = None) -> Response:
         """Deliver any Events API ``event`` in an event_callback envelope (JSON body)."""
         body = self.event_body(event, event_id=event_id)
+        if self.socket_mode:
+            return self._over_socket("events_api", json.loads(body))
         return self.send_signed(body, content_type="application/json")
 
     def event_body(self, event: Mapping[str, Any], *, event_id: str | None = None) -> bytes:
@@ -1039,7 +1148,9 @@ class SlackStandIn:
     ) -> Response:
         """Deliver an event again, as Slack's retries do: same body and event_id, fresh signature.
 
-        ``previous`` is the Response of the first delivery or the event_id.
+        ``previous`` is the Response of the first delivery or the event_id. In Socket Mode
+        it goes in a new envelope with ``retry_attempt`` ``retry_num`` and ``retry_reason``
+        ``reason`` (an envelope not acknowledged in time is sent again by itself, too).
         """
         if isinstance(previous, Response):
             body = previous.request_body
@@ -1048,6 +1159,12 @@ class SlackStandIn:
                 if previous not in self._ws.events:
                     raise StandInError(f"no event {previous!r} was sent")
                 body = self._ws.events[previous]
+        if self.socket_mode:
+            sent = json.loads(body)
+            payload = sent["payload"] if "envelope_id" in sent else sent
+            return self._over_socket(
+                "events_api", payload, retry_attempt=retry_num, retry_reason=reason
+            )
         return self.send_signed(
             body,
             content_type="application/json",
@@ -1075,9 +1192,12 @@ class SlackStandIn:
                 response_url=f"{self.url}response/{token}",
                 trigger_id=ws.issue_trigger(user_id),
             )
-        response = self.send_signed(
-            urlencode(fields).encode(), content_type="application/x-www-form-urlencoded"
-        )
+        if self.socket_mode:
+            response = self._over_socket("slash_commands", fields)
+        else:
+            response = self.send_signed(
+                urlencode(fields).encode(), content_type="application/x-www-form-urlencoded"
+            )
         if response.status == 200 and response.body.strip():
             try:
                 answer = response.json()
@@ -1140,6 +1260,8 @@ class SlackStandIn:
         )
 
     def _send_interaction(self, payload: dict[str, Any]) -> Response:
+        if self.socket_mode:
+            return self._over_socket("interactive", payload)
         return self.send_signed(
             interaction_body(payload), content_type="application/x-www-form-urlencoded"
         )
@@ -1165,6 +1287,24 @@ class SlackStandIn:
         return block, element
 
 
+def _envelope_response(envelope: Envelope, elapsed: float) -> Response:
+    """A Socket Mode envelope's fate as a ``Response``: 200 with the acknowledgement's
+    payload as the body, or timed out when no acknowledgement arrived (or it was lost)."""
+    ack = envelope.ack
+    body, headers = b"", {}
+    if ack is not None and ack.get("payload") is not None:
+        body = json.dumps(ack["payload"]).encode()
+        headers = {"content-type": "application/json"}
+    return Response(
+        status=200 if ack is not None else 0,
+        headers=headers,
+        body=body,
+        request_body=json.dumps(envelope.to_slack()).encode(),
+        timed_out=ack is None,
+        elapsed=elapsed,
+    )
+
+
 def interaction_body(payload: Mapping[str, Any]) -> bytes:
     """The form body Slack POSTs for an interaction payload (``payload=<json>``)."""
     return urlencode({"payload": json.dumps(payload)}).encode()
@@ -1178,7 +1318,7 @@ def _length_problem(handler: _Handler) -> str | None:
     return f"bad Content-Length {sent[:20]!r}: send the body's length in bytes"
 
 
-_AUTH_ERRORS = ("not_authed", "invalid_auth", "unknown_method")
+_AUTH_ERRORS = ("not_authed", "invalid_auth", "unknown_method", "not_allowed_token_type")
 """Answers to a call made with no valid token: Slack names no scopes with them."""
 
 

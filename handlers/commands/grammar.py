@@ -67,7 +67,7 @@ def parse_command(text: str) -> Command:
         return Command("help")
     if name == "list":
         return Command("list", listing=_parse_listing(rest))
-    if name in ("show", "cancel", "expire", "retry", "reassign"):
+    if name in ("show", "cancel", "expire", "retry", "reassign", "redeliver"):
         parts = rest.split(maxsplit=1)
         if not parts:
             raise UsageError(f"`{name}` needs a handoff id, e.g. `{name} ho_01JD...`.")
@@ -77,6 +77,8 @@ def parse_command(text: str) -> Command:
         if name == "reassign":
             channel, reviewers = _parse_targets(tail)
             return Command(name, handoff_id=handoff_id, channel=channel, reviewers=reviewers)
+        if name == "redeliver":
+            return Command(name, handoff_id=handoff_id, channel=_parse_destination(tail))
         if tail:
             raise UsageError(f"`{name}` takes only a handoff id; I don't know what `{tail}` is.")
         return Command(name, handoff_id=handoff_id)
@@ -136,6 +138,22 @@ def _parse_targets(text: str) -> tuple[str | None, tuple[str, ...]]:
                 "`@U0123ABCD`, `@S0123ABCD`)."
             )
     return channel, tuple(dict.fromkeys(reviewers))
+
+
+def _parse_destination(text: str) -> str | None:
+    """Where ``redeliver`` posts the new handoff: a #channel, or an @person's DM (their id,
+    as ``reassign`` takes it); None: where the old one was sent."""
+    if not text:
+        return None
+    words = text.split()
+    found = _CHANNEL.match(words[0]) or _USER.match(words[0])
+    if len(words) > 1 or not found:
+        raise UsageError(
+            f"`redeliver` takes a handoff id and, optionally, one #channel or @person to post "
+            f"it to; `{text}` is not one that Slack resolved: pick it from the autocomplete "
+            "list, or give its id (`#C0123ABCD`, `@U0123ABCD`)."
+        )
+    return found.group(1) or found.group(2)
 
 
 def _parse_window(text: str) -> timedelta:

@@ -20,16 +20,22 @@ from handlers.decisions import NOT_FOUND, deny, may_see
 from handlers.deps import HandlerDeps
 from handlers.origin import remember_ephemeral
 from store import slack_ids
-from store.exceptions import AlreadyDecided, HandoffNotFound, InvalidDecision, NotRetryable
+from store.exceptions import (
+    AlreadyDecided,
+    HandoffNotFound,
+    InvalidDecision,
+    InvalidHandoffRequest,
+    NotRetryable,
+)
 from store.lost_attempts import retry_warning
-from store.models import TaskKind
+from store.models import Handoff, Status, TaskKind
 
 logger = logging.getLogger(__name__)
 
 VIA_COMMAND = "slash_command"
 """How the audit names changes made with the command."""
 
-ADMIN_SUBCOMMANDS = frozenset({"cancel", "expire", "reassign", "retry", "stats"})
+ADMIN_SUBCOMMANDS = frozenset({"cancel", "expire", "reassign", "redeliver", "retry", "stats"})
 """Subcommands only admins may run (``list`` is too, except ``list mine``)."""
 
 
@@ -54,11 +60,13 @@ def run_command(deps: HandlerDeps, user: str, command: Command) -> RenderedMessa
         return _change(deps, user, command, handoff_id)
     except HandoffNotFound:
         return replies.render_notice(f"`{handoff_id}`: {NOT_FOUND}")
-    except AlreadyDecided:
+    except AlreadyDecided as exc:
+        if exc.status == Status.UNDELIVERABLE.value and command.name == "reassign":
+            return replies.render_notice(_not_reassigned_text(deps, handoff_id))
         return replies.render_notice(
             f"`{handoff_id}`: {already_decided_text(deps.store.get(handoff_id))}"
         )
-    except (NotRetryable, InvalidDecision) as exc:
+    except (NotRetryable, InvalidDecision, InvalidHandoffRequest) as exc:
         return replies.render_notice(f"`{handoff_id}`: {exc}")
 
 
@@ -89,14 +97,20 @@ def _change(deps: HandlerDeps, user: str, command: Command, handoff_id: str) -> 
         if channel is None:
             return replies.render_notice(
                 f":arrow_right: Reassigned `{handoff_id}` to {who}: they decide it now. It is "
-                "posted again where it was, and the old message points to the new one."
+                "being posted again where it was, and the old message will point to the new one."
             )
         where = block_text.channel_mention(channel)
         return replies.render_notice(
             f":arrow_right: Reassigned `{handoff_id}` to {where}"
             + (f" for {who}" if who and list(command.reviewers) != [channel] else "")
-            + ". It is posted there, and the old message points to it."
+            + ". It is being posted there, and the old message will point to it (a private "
+            "channel needs the bot invited first: if Slack refuses the post, "
+            "`/handoff list failed` shows why and the old message keeps its buttons)."
         )
+    if command.name == "redeliver":
+        made = store.redeliver(handoff_id, by=user, channel=command.channel)
+        logger.info("redelivered by command", extra={**context, "new_handoff_id": made.handoff.id})
+        return replies.render_notice(_redelivered_text(handoff_id, made.handoff, made.created))
     if command.name == "retry":
         warning = retry_warning(store.get(handoff_id).resume)
         retried = store.retry_failed(handoff_id, requested_by=user)
@@ -110,6 +124,30 @@ def _change(deps: HandlerDeps, user: str, command: Command, handoff_id: str) -> 
     raise AssertionError(f"unhandled command {command.name}")  # parse_command prevents it
 
 
+def _redelivered_text(old_id: str, new: Handoff, created: bool) -> str:
+    where = block_text.channel_mention(new.channel) if new.channel else "the default channel"
+    if not created:
+        return (
+            f":information_source: `{old_id}` was redelivered already, as `{new.id}` "
+            f"(_{new.status.value}_); nothing was changed."
+        )
+    return (
+        f":repeat: Redelivered `{old_id}` as the new handoff `{new.id}`: the same request, "
+        f"being posted in {where}. When it is decided its run resumes again, with that "
+        f"decision; `{old_id}` stays _undeliverable_ (a private channel needs the bot invited "
+        "first, or this one fails too)."
+    )
+
+
+def _not_reassigned_text(deps: HandlerDeps, handoff_id: str) -> str:
+    return (
+        f"`{handoff_id}` could not be delivered and was closed _undeliverable_; its run was "
+        "resumed with that, so it is not reassigned. Ask again with "
+        f"`{deps.slash_command} redeliver {handoff_id} [#channel]`: a new handoff for the "
+        "same run, posted there (or where this one was sent)."
+    )
+
+
 def listing_reply(deps: HandlerDeps, user: str, request: PageRequest) -> RenderedMessage:
     if request.filter.kind is not ListKind.MINE and not deps.is_admin(user):
         return replies.render_notice(
@@ -119,7 +157,7 @@ def listing_reply(deps: HandlerDeps, user: str, request: PageRequest) -> Rendere
     page = Listings(deps.store, deps.reviewers).page(
         request.filter, viewer=user, after=request.after, before=request.before
     )
-    return replies.render_listing(page)
+    return replies.render_listing(page, viewer=user)
 
 
 def show_reply(deps: HandlerDeps, user: str, handoff_id: str) -> RenderedMessage:

@@ -3,14 +3,15 @@
 Playwright only drives the machine's own Chromium (``/usr/bin/chromium``, or
 ``HANDOFF_CHROMIUM``); it never downloads a browser. Without Chromium or Playwright every
 test here is skipped with the reason, and nothing else in the suite depends on them.
-Screenshots go to ``docs/screenshots/`` (``HANDOFF_SCREENSHOT_DIR`` moves them), where the
-README links them.
+Screenshots go to a temporary folder, so a test run leaves the checkout as it was;
+``HANDOFF_SCREENSHOT_DIR=docs/screenshots`` refreshes the ones the README links.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,7 +21,6 @@ from redis import Redis
 
 from bot.standin import SlackStandIn
 from store.models import TaskState
-from tests.conftest import ROOT
 from tests.support import resume_targets
 from tests.support.slack_env import (
     BOT_TOKEN,
@@ -49,7 +49,10 @@ CHROMIUM_FLAGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-SCREENSHOTS = Path(os.environ.get("HANDOFF_SCREENSHOT_DIR", ROOT / "docs" / "screenshots"))
+SCREENSHOTS = Path(
+    os.environ.get("HANDOFF_SCREENSHOT_DIR")
+    or Path(tempfile.gettempdir()) / f"handoff-screenshots-{os.getpid()}"
+)
 VIEWPORT = {"width": 1200, "height": 720}
 CHANNEL_NAME = "approvals"
 
@@ -147,7 +150,8 @@ class Workbench:
         box.press("Enter")
 
     def screenshot(self, name: str) -> Path:
-        """Save the page as docs/screenshots/<name>.png (the README links them)."""
+        """Save the page as <SCREENSHOTS>/<name>.png (docs/screenshots when refreshing the
+        README's pictures)."""
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         path = SCREENSHOTS / f"{name}.png"
         # Flashes of updated messages are fast-forwarded: the picture shows the settled page.

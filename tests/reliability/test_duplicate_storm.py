@@ -21,24 +21,32 @@ import json
 import random
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from redis import Redis
 
 from bot.blockkit import ids as block_ids
 from bot.standin import Ephemeral, Message, StandInUser, View, interaction_body
-from handlers.actions import FORM_MAYBE_NOT_OPENED, FORM_NOT_OPENED
 from store.models import Handoff, RequestType, Status
-from tests.conftest import wait_until
-from tests.support import resume_targets
 from tests.support.runs import run_size, seeded
-from tests.support.signed_http import FORM, JSON, Answer, SignedSender
+from tests.support.signed_http import FORM, JSON, SignedSender
 from tests.support.slack_env import ADMIN, ALICE, BOB, SIGNING_SECRET, SlackEnv, running_slack
+from tests.support.storm import (
+    Clock,
+    Decision,
+    Opening,
+    Replies,
+    assert_answered_and_resumed_once,
+    assert_resumed_with_decisions,
+    by_handoff,
+    in_waves,
+    open_modals,
+    spread,
+    wait_for_outcomes,
+)
 
 HANDOFFS = 1000
 SOAK_HANDOFFS = 5000
@@ -55,27 +63,8 @@ REVIEWERS = [ALICE, "S0FINANCE", "S0STORM"]
 CLICKERS = [ALICE, BOB, ADMIN, *(user.id for user in TEAM[:20])]
 """Who clicks Approve or replies in threads: reviewers, and ADMIN (an admin may decide
 anything); the same person may click twice."""
-OPENING_TRIES = 3
 SERVES = 2
 WORKERS = 3
-SENDERS = 32
-"""Requests "Slack" has in flight at once: about three handoffs' ten decisions."""
-
-T = TypeVar("T")
-
-
-@dataclass
-class Decision:
-    """One person's decision as Slack sends it, and the bot's answer."""
-
-    handoff_id: str
-    surface: str
-    """ "button", "modal" or "thread"."""
-    user: str
-    body: bytes
-    content_type: str
-    url: str = ""
-    answer: Answer | None = None
 
 
 @pytest.fixture
@@ -98,48 +87,39 @@ def test_ten_simultaneous_decisions_make_one_decision_one_resume_and_every_loser
         "RELIABILITY_STORM_HANDOFFS", default=HANDOFFS, soak_size=SOAK_HANDOFFS, soak=soak
     )
     rng = seeded(f"duplicate storm: {count} handoffs")
-    clock = _Clock()
+    clock = Clock()
     sender = SignedSender(SIGNING_SECRET)
 
     kinds = _create(slack, count)
     clock.lap(f"created {count}")
 
-    # Waves in the order the handoffs were created, which is the order they are posted in:
-    # a wave starts once its handoffs are posted, while the worker posts the next ones.
-    order = list(kinds)
-    messages: dict[str, Message] = {}
-    storm: list[Decision] = []
-    for start in range(0, count, WAVE):
-        wave = order[start : start + WAVE]
-        messages.update(_posted(slack, redis, wave))
+    def prepare(wave: list[str], messages: dict[str, Message]) -> list[Decision]:
         modals = _open_modals(slack, sender, wave, kinds, messages, rng)
-        decisions = _storm(slack, wave, kinds, messages, modals, rng)
-        _send_all(sender, decisions)
-        storm.extend(decisions)
+        return _storm(slack, wave, kinds, messages, modals, rng)
+
+    order = list(kinds)
+    messages, storm = in_waves(slack, redis, sender, order, WAVE, prepare)
     clock.lap(f"posted {count}, opened {count * MODALS} modals and sent {len(storm)} decisions")
 
-    wait_until(lambda: redis.llen(resume_targets.COMPLETED) >= count, timeout=120)
-    wait_until(lambda: _tasks_in(redis, slack, kinds, "notify_state") == count, timeout=120)
+    wait_for_outcomes(slack, redis, order)
     clock.lap("resumed and updated every message")
     sender.close()
 
-    assert [d for d in storm if d.answer is None or d.answer.status != 200] == []
-    resumed = Counter(entry["handoff_id"] for entry in _entries(redis))
-    assert resumed == Counter(list(kinds)), "each handoff resumed exactly once"
+    assert_answered_and_resumed_once(storm, redis, order)
 
     decided = {handoff_id: slack.handoffs.get(handoff_id) for handoff_id in kinds}
-    by_surface = _group(storm)
+    by_surface = by_handoff(storm)
     # Thread answers that lost are told privately once the event is answered (in the
     # background): wait until no more such replies come.
     _wait_until_settled(lambda: len(slack.standin.calls("chat.postEphemeral")))
-    replies = _Replies(slack.standin.ephemerals())
+    replies = Replies(slack.standin.ephemerals())
     winners: Counter[str] = Counter()
     for handoff_id, handoff in decided.items():
         message = messages[handoff_id]
         _assert_decided_once(slack, handoff, kinds[handoff_id])
         winners[_assert_losers_told(handoff, by_surface[handoff_id], replies.to(message))] += 1
         _assert_message_shows_outcome(slack, handoff, message)
-    _assert_resumed_with_decision(redis, decided)
+    assert_resumed_with_decisions(redis, decided)
     clock.lap("checked")
     print(f"winning surfaces: {dict(winners)}; {clock}")
     assert sum(winners.values()) == count
@@ -173,16 +153,6 @@ def _create(slack: SlackEnv, count: int) -> dict[str, RequestType]:
     return kinds
 
 
-def _posted(slack: SlackEnv, redis: Redis, wave: list[str]) -> dict[str, Message]:
-    """The channel messages of the wave's handoffs, once the worker has posted them all."""
-    wait_until(lambda: _tasks_in(redis, slack, wave, "deliver_state") == len(wave), timeout=60)
-    posted = {}
-    for handoff_id in wave:
-        refs = slack.handoffs.get(handoff_id).message_refs
-        posted[handoff_id] = slack.standin.message(refs["channel"], refs["ts"])
-    return posted
-
-
 def _open_modals(
     slack: SlackEnv,
     sender: SignedSender,
@@ -192,9 +162,7 @@ def _open_modals(
     rng: random.Random,
 ) -> dict[str, list[View]]:
     """Two reviewers per handoff of the wave click Reject (approvals) or Answer (questions)
-    and get the bot's modal. Each click is built just before it is sent, as its trigger_id
-    lasts 3 s; one that still missed it (an overloaded machine) is told to click again,
-    and does."""
+    and get the bot's modal."""
     team = [user.id for user in rng.sample(TEAM, len(wave) * MODALS)]
     openings = []
     for number, handoff_id in enumerate(wave):
@@ -203,27 +171,9 @@ def _open_modals(
         for index in range(MODALS):
             user = team[number * MODALS + index]
             url = slack.bot_urls[(number + index) % SERVES]
-            openings.append((handoff_id, user, action, url))
-
-    def open_modal(opening: tuple[str, str, str, str]) -> Answer:
-        handoff_id, user, action, url = opening
-        payload = slack.standin.click_payload(user, messages[handoff_id], action)
-        return sender.post(url, interaction_body(payload), FORM)
-
-    opened: dict[tuple[str, str], View] = {}
-    for _ in range(OPENING_TRIES):
-        answers = _in_parallel(open_modal, openings)
-        assert [a for a in answers if a.status != 200] == []
-        for view in slack.standin.views():
-            if (
-                view.callback_id in (block_ids.REJECT_MODAL, block_ids.ANSWER_MODAL)
-                and not view.closed
-            ):
-                opened[(json.loads(view.private_metadata)["handoff_id"], view.user)] = view
-        openings = [o for o in openings if (o[0], o[1]) not in opened]
-        if not openings:
-            break
-    assert openings == [], "Reject/Answer clicks that never opened their modal"
+            openings.append(Opening(handoff_id, user, action, url))
+    callbacks = (block_ids.REJECT_MODAL, block_ids.ANSWER_MODAL)
+    opened = open_modals(slack, sender, openings, messages, callbacks)
     modals: dict[str, list[View]] = defaultdict(list)
     for (handoff_id, _), view in opened.items():
         modals[handoff_id].append(view)
@@ -261,19 +211,9 @@ def _storm(
             values = {block: {block_ids.VALUE: f"From {view.user}: dock 7 / too much"}}
             payload = standin.submission_payload(view.user, view, values)
             group.append(Decision(handoff_id, "modal", view.user, interaction_body(payload), FORM))
-        rng.shuffle(group)
-        first = rng.randrange(SERVES)
-        for index, decision in enumerate(group):
-            decision.url = slack.bot_urls[(first + index) % SERVES]
+        spread(group, slack.bot_urls, rng)
         storm.extend(group)
     return storm
-
-
-def _send_all(sender: SignedSender, storm: list[Decision]) -> None:
-    def send(decision: Decision) -> None:
-        decision.answer = sender.post(decision.url, decision.body, decision.content_type)
-
-    _in_parallel(send, storm)
 
 
 # -- the checks ------------------------------------------------------------------------
@@ -286,9 +226,6 @@ _OUTCOMES = {
 }
 _SURFACE_OF_VIA = {"slack_button": "button", "slack_modal": "modal", "slack_thread": "thread"}
 _FINAL_EVENTS = ("decided", "expired", "cancelled")
-_CLICK_AGAIN = (FORM_NOT_OPENED, FORM_MAYBE_NOT_OPENED)
-"""What a click that should have opened a modal is told when Slack did not open it in time
-(refused, or not answered within the request's 2 s): the click is tried again."""
 
 
 def _assert_decided_once(slack: SlackEnv, handoff: Handoff, kind: RequestType) -> None:
@@ -317,9 +254,9 @@ def _assert_losers_told(
             assert f"by <@{winner}>" in ephemeral.text, (handoff.id, ephemeral.text)
 
     submitted = sent.get("modal", [])
-    accepted = [d for d in submitted if _answer_of(d) == {}]
+    accepted = [d for d in submitted if d.answer_json() == {}]
     for refused in (d for d in submitted if d not in accepted):
-        answer = _answer_of(refused)
+        answer = refused.answer_json()
         assert answer["response_action"] == "errors", answer
         [error] = answer["errors"].values()
         assert error.startswith("Already ") and f"by @{winner} " in error, (handoff.id, error)
@@ -338,36 +275,7 @@ def _assert_message_shows_outcome(slack: SlackEnv, handoff: Handoff, posted: Mes
     assert f"by <@{handoff.resume_data.decided_by}>" in json.dumps(now.blocks)
 
 
-def _assert_resumed_with_decision(redis: Redis, decided: dict[str, Handoff]) -> None:
-    for entry in _entries(redis):
-        handoff = decided[entry["handoff_id"]]
-        assert handoff.resume_data is not None
-        assert entry["status"] == handoff.status.value
-        assert entry["resume_data"]["decided_by"] == handoff.resume_data.decided_by
-        assert entry["resume_data"]["via"] == handoff.resume_data.via
-        assert entry["idempotency_key"] == handoff.id
-
-
 # -- helpers ---------------------------------------------------------------------------
-
-
-class _Replies:
-    """The ephemeral replies the bot made, found by the message they answer."""
-
-    def __init__(self, ephemerals: list[Ephemeral]) -> None:
-        self.clicks: dict[str, list[Ephemeral]] = defaultdict(list)
-        self.thread: dict[str, list[Ephemeral]] = defaultdict(list)
-        for ephemeral in ephemerals:
-            if ephemeral.text.startswith(_CLICK_AGAIN):
-                continue  # a modal that did not open in time (see _open_modals)
-            if ephemeral.source == "response_url" and ephemeral.message_ts:
-                self.clicks[ephemeral.message_ts].append(ephemeral)
-            elif ephemeral.source == "chat.postEphemeral" and ephemeral.thread_ts:
-                self.thread[ephemeral.thread_ts].append(ephemeral)
-
-    def to(self, message: Message) -> dict[str, list[Ephemeral]]:
-        """Replies to clicks on ``message`` ("button") and to replies in its thread."""
-        return {"button": self.clicks[message.ts], "thread": self.thread[message.ts]}
 
 
 def _wait_until_settled(
@@ -384,50 +292,3 @@ def _wait_until_settled(
         elif time.monotonic() - since >= quiet:
             return
     raise AssertionError(f"still changing after {timeout} s")
-
-
-def _answer_of(decision: Decision) -> dict[str, Any]:
-    assert decision.answer is not None
-    body = decision.answer.body.strip()
-    return json.loads(body) if body else {}
-
-
-def _group(storm: Iterable[Decision]) -> dict[str, dict[str, list[Decision]]]:
-    grouped: dict[str, dict[str, list[Decision]]] = defaultdict(lambda: defaultdict(list))
-    for decision in storm:
-        grouped[decision.handoff_id][decision.surface].append(decision)
-    return grouped
-
-
-def _entries(redis: Redis) -> list[dict[str, Any]]:
-    return [json.loads(raw) for raw in redis.lrange(resume_targets.COMPLETED, 0, -1)]
-
-
-def _tasks_in(redis: Redis, slack: SlackEnv, ids: Iterable[str], state_field: str) -> int:
-    """How many of the handoffs have the task ``state_field`` completed (one round trip)."""
-    pipe = redis.pipeline(transaction=False)
-    for handoff_id in ids:
-        pipe.hget(slack.handoffs.store.keys.handoff(handoff_id), state_field)
-    return sum(state == b"completed" for state in pipe.execute())
-
-
-def _in_parallel(work: Callable[[Any], T], items: Sequence[Any]) -> list[T]:
-    with ThreadPoolExecutor(SENDERS) as pool:
-        return list(pool.map(work, items))
-
-
-class _Clock:
-    """Times the test's phases, for the report printed at the end."""
-
-    def __init__(self) -> None:
-        self.start = self.last = time.monotonic()
-        self.laps: list[str] = []
-
-    def lap(self, what: str) -> None:
-        now = time.monotonic()
-        self.laps.append(f"{what}: {now - self.last:.1f} s")
-        print(self.laps[-1], flush=True)
-        self.last = now
-
-    def __str__(self) -> str:
-        return f"total {time.monotonic() - self.start:.1f} s ({'; '.join(self.laps)})"

@@ -21,14 +21,16 @@ from tests.support.slack_env import SlackEnv
 
 
 class VerboseSlackEnv(SlackEnv):
-    """A ``SlackEnv`` whose processes log at debug level (``handoff -v ...``)."""
+    """A ``SlackEnv`` whose processes log at debug level (``handoff -v ...``): the bot in
+    text, the worker in JSON (``HANDOFF_LOG_FORMAT``), so that both formats are read."""
 
     def _spawn(self, *args: str) -> None:
         log = open(self.log_dir / f"{args[0]}-{len(self.processes)}.log", "wb")  # noqa: SIM115
+        log_format = "json" if args[0] == "worker" else "text"
         self.processes.append(
             subprocess.Popen(
                 [sys.executable, "-m", "bot.cli", "-v", *args],
-                env=self.env,
+                env={**self.env, "HANDOFF_LOG_FORMAT": log_format},
                 cwd=ROOT,
                 stdout=log,
                 stderr=subprocess.STDOUT,

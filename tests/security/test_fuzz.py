@@ -139,7 +139,10 @@ def world(slack: SlackEnv, store_redis: Redis) -> World:
             made.clicks.append(payload_of(captured[0][1]))
     slack.standin.send_app_home_opened(ALICE)
     home = wait_for(lambda: slack.standin.home(ALICE))
-    [card, *_] = [b for b in home.blocks if b.get("type") == "actions"]
+    # The approval's card (the Home may list other pending handoffs of Alice's first).
+    [card] = [
+        b for b in home.blocks if b.get("type") == "actions" and b["block_id"].endswith(ids[0])
+    ]
     with capturing(slack.standin) as captured:
         slack.standin.click(ALICE, home, block_ids.APPROVE, block_id=card["block_id"])
     made.clicks.append(payload_of(captured[0][1]))

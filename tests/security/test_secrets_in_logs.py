@@ -10,6 +10,7 @@ other security tests have sent their traffic through them too.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import subprocess
@@ -92,6 +93,11 @@ def test_serve_and_worker_at_debug_level_never_log_a_secret(
     assert "cannot refresh the Home" in logs and "invalid_auth" in logs
     assert "refused a request" in logs
     assert _leaks(logs) == []
+    # The worker's lines are JSON objects (HANDOFF_LOG_FORMAT=json), with the handoff's id.
+    lines = [json.loads(line) for line in _worker_log(slack).splitlines() if line.startswith("{")]
+    assert {"DEBUG", "INFO", "WARNING"} <= {line["level"] for line in lines}
+    assert any(line.get("handoff_id") for line in lines)
+    assert any("invalid_auth" in line["message"] for line in lines)
 
 
 def test_the_app_in_process_at_debug_level_never_logs_a_secret(
@@ -173,6 +179,50 @@ def test_a_secret_logged_by_mistake_is_redacted_in_message_and_traceback(
     assert caplog.text.count("[redacted]") == 4
     assert "RuntimeError: cannot connect with [redacted]" in caplog.text
     assert "short" not in caplog.text  # nothing else was touched: short values are ignored
+
+
+def _worker_log(slack: SlackEnv) -> str:
+    return "".join(p.read_text(errors="replace") for p in slack.log_dir.glob("worker-*.log"))
+
+
+def test_json_log_lines_never_hold_a_secret(tmp_path: Path) -> None:
+    """With HANDOFF_LOG_FORMAT=json, a secret in a message, in an ``extra=`` field (a string,
+    or inside another value) or in a traceback is redacted, or left out, in the JSON line."""
+    script = (
+        "import logging\n"
+        "from bot.cli import main\n"
+        "@main.command()\n"
+        "def leak():\n"
+        "    log = logging.getLogger('x')\n"
+        f"    log.warning('token=%s', {BOT_TOKEN!r}, extra={{'handoff_id': 'h_1', "
+        f"'user': 'U0ALICE', 'event': 'posted', 'header': 'Bearer ' + {BOT_TOKEN!r}, "
+        f"'settings': {{'secret': {SIGNING_SECRET!r}}}}})\n"
+        "    try:\n"
+        f"        raise RuntimeError('cannot connect with ' + {APP_TOKEN!r})\n"
+        "    except RuntimeError:\n"
+        "        log.exception('socket mode failed', extra={'run_id': 'run-1'})\n"
+        "main(['leak'])\n"
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "SLACK_BOT_TOKEN": BOT_TOKEN,
+        "SLACK_SIGNING_SECRET": SIGNING_SECRET,
+        "SLACK_APP_TOKEN": APP_TOKEN,
+        "HANDOFF_LOG_FORMAT": "json",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True
+    )
+    assert _leaks(done.stderr) == [], done.stderr
+    warning, failure = [json.loads(line) for line in done.stderr.splitlines()]
+    assert warning["message"] == "token=[redacted]"
+    assert warning["header"] == "Bearer [redacted]"
+    assert "settings" not in warning  # not a plain value: never redacted, so left out
+    context = (warning["handoff_id"], warning["user"], warning["event"])
+    assert context == ("h_1", "U0ALICE", "posted")
+    assert failure["run_id"] == "run-1" and failure["level"] == "ERROR"
+    assert "RuntimeError: cannot connect with [redacted]" in failure["exception"]
 
 
 def test_handoff_installs_the_redaction_for_its_commands(tmp_path: Path) -> None:

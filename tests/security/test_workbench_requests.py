@@ -180,7 +180,8 @@ def test_the_web_api_refuses_other_pages_and_a_published_token(slack: SlackEnv) 
     for changes in ({"Origin": "https://evil.example"}, {"Host": "evil.example:{port}"}):
         status, _, body = _request(standin, "POST", "/api/chat.update", update, changes)
         _refused(status, body)
-    assert len(standin.calls()) == calls
+    # Nothing of the forged call was recorded (the bot's own calls may go on meanwhile).
+    assert not [c for c in standin.calls()[calls:] if c.params.get("text") == "forged"]
 
     with SlackStandIn(signing_secret="s") as fresh:
         client = WebClient(token="xoxb-standin-token", base_url=fresh.api_url)

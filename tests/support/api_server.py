@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import uvicorn
+from fastapi import FastAPI
 
 from bot.api.app import ApiConfig, build_app
 from store.repository import HandoffStore
@@ -18,10 +19,17 @@ from tests.support.slack_env import free_port
 @contextmanager
 def serve_api(store: HandoffStore, config: ApiConfig) -> Iterator[str]:
     """Serve the API over ``store``; yields its base URL (``http://127.0.0.1:<port>``)."""
+    with serve_app(build_app(store, config)) as url:
+        yield url
+
+
+@contextmanager
+def serve_app(app: FastAPI) -> Iterator[str]:
+    """Serve ``app`` (built by ``build_app``, for a test that looks inside it)."""
     port = free_port()
     server = uvicorn.Server(
         uvicorn.Config(
-            build_app(store, config),
+            app,
             host="127.0.0.1",
             port=port,
             log_level="warning",

@@ -12,6 +12,8 @@ def snapshot(redis: Redis) -> dict[bytes, Any]:
     state: dict[bytes, Any] = {}
     for key in redis.scan_iter(count=1000):
         kind = redis.type(key).decode()
+        if kind == "none":
+            continue  # expired between the scan and now (a short-lived marker): not there
         if kind == "string":
             value: Any = redis.get(key)
         elif kind == "hash":

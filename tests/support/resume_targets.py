@@ -7,9 +7,11 @@ import json
 import os
 import random
 import time
+from typing import Any
 
 from redis import Redis
 
+from store.connection import open_client
 from store.models import Handoff
 
 STARTED = "test:resume:started"
@@ -18,7 +20,9 @@ FAIL_FLAG = "test:resume:fail"
 
 
 def _redis() -> Redis:
-    return Redis.from_url(os.environ["REDIS_URL"])
+    # RESUME_WITNESS_URL: a Redis apart from the one a failover test kills; open_client:
+    # REDIS_URL may name the master through Sentinel.
+    return open_client(os.environ.get("RESUME_WITNESS_URL") or os.environ["REDIS_URL"])
 
 
 def _report(key: str, handoff: Handoff, attempt: int, idempotency_key: str) -> None:
@@ -32,6 +36,12 @@ def _report(key: str, handoff: Handoff, attempt: int, idempotency_key: str) -> N
         "at": time.time(),
     }
     _redis().rpush(key, json.dumps(entry))
+
+
+def recorded(redis: Redis, key: str = COMPLETED) -> list[dict[str, Any]]:
+    """The entries the targets reported under ``key`` (``COMPLETED``: the finished
+    resumes), oldest first."""
+    return [json.loads(raw) for raw in redis.lrange(key, 0, -1)]
 
 
 def record(handoff: Handoff, *, attempt: int, idempotency_key: str) -> None:

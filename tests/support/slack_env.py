@@ -27,6 +27,7 @@ from worker.client import Handoffs
 
 SIGNING_SECRET = "e2e-signing-secret-0123456789abcdef"
 BOT_TOKEN = "xoxb-e2e-bot-token"
+APP_TOKEN = "xapp-1-A0STANDIN-e2e-app-token"
 CHANNEL = "C0APPROVALS"
 
 ALICE, BOB, CAROL, ADMIN = "U0ALICE", "U0BOB", "U0CAROL", "U0ADMIN"
@@ -53,7 +54,9 @@ class SlackEnv:
 
     ``extra_env`` is added to the processes' environment (say, HANDOFF_* settings), and
     ``worker_args`` to every `handoff worker` command line; ``extra_users`` and
-    ``extra_usergroups`` join the workspace's members and user groups.
+    ``extra_usergroups`` join the workspace's members and user groups. With
+    ``socket_mode``, `handoff serve --socket-mode` connects to the stand-in's Socket Mode
+    (SLACK_APP_TOKEN, no signing secret) and everyone's actions reach it over the WebSocket.
     """
 
     def __init__(
@@ -66,8 +69,10 @@ class SlackEnv:
         worker_args: Sequence[str] = (),
         extra_users: Sequence[StandInUser] = (),
         extra_usergroups: Mapping[str, Sequence[str]] | None = None,
+        socket_mode: bool = False,
     ) -> None:
         self.redis = redis
+        self.socket_mode = socket_mode
         self.redis_url = redis_url
         self.log_dir = log_dir
         self.standin = SlackStandIn(
@@ -77,6 +82,8 @@ class SlackEnv:
             usergroups={**USERGROUPS, **(extra_usergroups or {})},
             # What an installed app gets: no call may use a scope the manifest lacks.
             scopes=bot_scopes(),
+            socket_mode=socket_mode,
+            app_token=APP_TOKEN,
         )
         self.port = free_port()
         """The port of the first `handoff serve` (the stand-in's ``bot_url``)."""
@@ -91,6 +98,15 @@ class SlackEnv:
 
     @property
     def env(self) -> dict[str, str]:
+        if self.socket_mode:
+            # A Socket Mode app needs no signing secret: nothing reaches it over HTTP.
+            env = {**self._env, "SLACK_APP_TOKEN": APP_TOKEN}
+            del env["SLACK_SIGNING_SECRET"]
+            return env
+        return self._env
+
+    @property
+    def _env(self) -> dict[str, str]:
         return {
             **{k: v for k, v in os.environ.items() if not k.startswith("SLACK_CLIENT")},
             "REDIS_URL": self.redis_url,
@@ -126,11 +142,17 @@ class SlackEnv:
             self.start_serve(self.port if index == 0 else free_port())
         for _ in range(workers):
             self.start_worker()
+        if self.socket_mode:
+            self.wait_connected(serves)
         for port in self.ports:
             self._wait_healthy(port)
 
     def start_serve(self, port: int) -> subprocess.Popen[bytes]:
-        """Start one more `handoff serve` process (one gunicorn worker, 8 threads) on ``port``."""
+        """Start one more `handoff serve` process (one gunicorn worker, 8 threads) on ``port``;
+        in Socket Mode, `handoff serve --socket-mode` (no port)."""
+        if self.socket_mode:
+            self._spawn("serve", "--socket-mode")
+            return self.processes[-1]
         self.ports.append(port)
         self._spawn(
             "serve",
@@ -180,6 +202,16 @@ class SlackEnv:
                     return
             time.sleep(0.1)
         raise AssertionError("handoff serve did not become healthy:\n" + self.logs())
+
+    def wait_connected(self, connections: int = 1, timeout: float = 30) -> None:
+        """Wait until `handoff serve --socket-mode` has ``connections`` Socket Mode
+        connections open (they reconnect by themselves after a drop)."""
+        try:
+            self.standin.wait_for(
+                lambda: self.standin.socket_mode_connections() >= connections, timeout=timeout
+            )
+        except TimeoutError:
+            raise AssertionError("handoff serve did not connect:\n" + self.logs()) from None
 
     def logs(self) -> str:
         return "\n".join(p.read_text(errors="replace") for p in sorted(self.log_dir.glob("*.log")))

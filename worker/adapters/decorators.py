@@ -49,6 +49,7 @@ from typing import Any, Literal, ParamSpec, Protocol, TypeVar, Unpack, cast, ove
 
 from pydantic import BaseModel, Field, TypeAdapter
 
+from store.approved_action import check_approved_action
 from store.exceptions import AlreadyDecided, HandoffError
 from store.models import Handoff, Status
 from worker.adapters.pauses import (
@@ -255,6 +256,10 @@ def require_approval(
         ) -> inspect.BoundArguments | None:
             if decided.status is not Status.APPROVED:
                 return None
+            # What runs here is what this call showed, with the reviewers' edits: it must be
+            # what they approved (the stored request may have been changed meanwhile).
+            edits = decided.resume_data.edited_args if decided.resume_data else None
+            check_approved_action(decided, {**shown, **(edits or {})})
             _apply_edits(bound, shown, decided)
             return bound
 
@@ -316,6 +321,7 @@ def run_approved_call(handoff: Handoff, *, attempt: int = 1) -> None:
     result = None
     if handoff.status is Status.APPROVED:
         values = edited_args(handoff) or dict(proposed_action(handoff).args)
+        check_approved_action(handoff, values)  # what runs is what was approved
         values.update(call.hidden)
         bound = _bound_from(inspect.signature(fn), values)
         logger.info(

@@ -68,10 +68,10 @@ from worker.adapters.pauses import (
     ReadyPause,
     RequestDefaults,
     build_from_factory,
-    decision_note,
     edited_args,
     load_object,
     option_names,
+    refusal_message,
     stable_id,
     worker_handoffs,
 )
@@ -397,7 +397,8 @@ class OpenAIAgentsHandoffs:
                     ),
                 )
         else:
-            state.reject(item, rejection_message=_rejection_message(member, resume.tool_kind))
+            question = resume.tool_kind is ToolKind.QUESTION
+            state.reject(item, rejection_message=refusal_message(member, question=question))
 
     async def _settle(
         self, result: RunResult, run_id: str, *, after: str | None = None
@@ -575,16 +576,6 @@ def _find_tool(agent: Any, name: str) -> FunctionTool | None:
         if isinstance(tool, FunctionTool) and tool.name == name:
             return tool
     return None
-
-
-def _rejection_message(handoff: Handoff, kind: ToolKind) -> str:
-    """The text the model receives instead of the tool's result."""
-    note = decision_note(handoff)
-    if kind is ToolKind.QUESTION:
-        return "The person did not answer" + (f": {note}" if note else ".")
-    if handoff.status is Status.REJECTED:
-        return "The reviewer rejected this call" + (f": {note}" if note else ".")
-    return f"Not run. {note}" if note else "Not run: it was not approved."
 
 
 def _dump_output(output: Any) -> str:

@@ -1,9 +1,10 @@
 """Pauses: the handoffs that one stop of an agent run created, resumed together, once.
 
 An agent framework stops a run with one or more open requests at a time (LangGraph
-interrupts, OpenAI Agents SDK tool approvals). Each request becomes a handoff; the handoffs
-of one stop form a *pause*. The run may continue only when every handoff of its pause is
-decided, and then exactly once, with all the decisions at the same time:
+interrupts, OpenAI Agents SDK tool approvals, Agent Framework user-input requests). Each
+request becomes a handoff; the handoffs of one stop form a *pause*. The run may continue only
+when every handoff of its pause is decided, and then exactly once, with all the decisions at
+the same time:
 
 - Every decided handoff's resume target runs once (the store and the resume job see to
   that). It checks whether the other members of its pause are still pending and, if none
@@ -39,6 +40,19 @@ key                                    type    contents
 ``{ns}:oa:call:<run_id>:<call_id>``    hash    a tool call's ``edit``, ``answer``,
                                                ``output``
 ``{ns}:oa:output:<run_id>``            string  a finished run's final output (JSON)
+``{ns}:pai:history:<pause_id>``        string  Pydantic AI message history at the stop
+                                               (``ModelMessagesTypeAdapter`` JSON); the
+                                               stop's calls are the pause's ``calls``
+``{ns}:pai:call:<pause_id>:<id>``      string  the recorded result of approved call <id>
+``{ns}:pai:output:<run_id>``           string  a finished run's output (JSON)
+``{ns}:af:stop:<pause_id>``            string  Agent Framework ``AgentSession`` JSON at
+                                               the stop and its ``user_input_requests``
+``{ns}:af:call:<run_id>:<call>``       hash    ``output`` of approved call <call> (the
+                                               framework's occurrence id)
+``{ns}:af:output:<run_id>``            string  a finished agent run's final text (JSON)
+``{ns}:afw:output:<run_id>``           string  a finished workflow's outputs (JSON); its
+                                               stops' checkpoints are the pauses'
+                                               ``checkpoint``
 =====================================  ======  ==========================================
 
 What an open pause needs has no TTL; once the pause is resumed, its records are kept for
@@ -446,6 +460,17 @@ def decision_note(handoff: Handoff) -> str | None:
     return None
 
 
+def refusal_message(handoff: Handoff, *, question: bool = False) -> str:
+    """What the model receives instead of a tool's result when its request was not
+    approved (or a question not answered): the reason in words, for the model to adapt."""
+    note = decision_note(handoff)
+    if question:
+        return "The person did not answer" + (f": {note}" if note else ".")
+    if handoff.status is Status.REJECTED:
+        return "The reviewer rejected this call" + (f": {note}" if note else ".")
+    return f"Not run. {note}" if note else "Not run: it was not approved."
+
+
 def worker_handoffs(namespace: str) -> Handoffs:
     """The ``Handoffs`` client a resume target uses in a worker: configured from the
     environment (REDIS_URL, HANDOFF_*) like the worker itself, on the handoff's namespace."""
@@ -518,6 +543,7 @@ __all__ = [
     "forget_built",
     "load_object",
     "proposed_action",
+    "refusal_message",
     "stable_id",
     "worker_handoffs",
 ]

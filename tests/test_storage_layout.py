@@ -1,0 +1,233 @@
+"""The storage layout of a handoff (``store.keys``): short fields in a hash Redis keeps as a
+listpack, the long ones in the handoff's body, the task policy stored once; and records
+written in the previous shape (everything in the hash, the policy's JSON in each, audit
+events naming their handoff) still read, decided, reassigned, resumed and purged."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+from redis import Redis
+
+from store.canonical import action_digest
+from store.exceptions import ArgumentsChanged, HandoffNotFound
+from store.ids import new_handoff_id
+from store.models import HandoffRequest, Status, TaskKind, TaskState
+from store.repository import HandoffStore, StoreConfig, TaskPolicy
+from tests.conftest import WorkerProcesses, wait_until
+from tests.support import resume_targets
+from worker.client import Handoffs
+
+RESUME_TARGET = "tests.support.resume_targets:record"
+REVIEWER = "U0OLDREVIEWER"
+CHANNEL = "C0OLDSHAPE"
+
+
+def _request(run_id: str) -> HandoffRequest:
+    return HandoffRequest.model_validate(
+        {
+            "run_id": run_id,
+            "thread_id": f"{run_id}-thread",
+            "request_type": "approval",
+            "context": "Charged twice for order A-1",
+            "payload": {
+                "kind": "approval",
+                "action": {"name": "issue_refund", "args": {"order_id": "A-1", "amount": 30}},
+            },
+            "channel": CHANNEL,
+            "reviewers": [REVIEWER],
+            "resume_target": RESUME_TARGET,
+            "idempotency_key": f"{run_id}-refund",
+            "expires_in_seconds": 3600,
+        }
+    )
+
+
+def write_old_shape(redis: Redis, store: HandoffStore, tasks: TaskPolicy, run_id: str) -> str:
+    """A pending approval, posted to Slack, as the store wrote it before the body and the
+    shared policies existed: raw commands, field for field what CREATE, BEGIN_TASK,
+    link_message and FINISH_TASK left behind."""
+    keys, handoff_id = store.keys, new_handoff_id()
+    request = _request(run_id)
+    now = int(time.time() * 1000)
+    indexes = [
+        keys.pending,
+        keys.pending_by_run(run_id),
+        keys.pending_by_type("approval"),
+        keys.pending_by_channel(CHANNEL),
+        keys.pending_by_reviewer(REVIEWER),
+    ]
+    fields: dict[str, Any] = {
+        "request": request.model_dump_json(exclude_none=True),
+        "status": "pending",
+        "request_type": "approval",
+        "created_at": now,
+        "expires_at": now + 3_600_000,
+        "indexes": json.dumps(indexes),
+        "idem_key": f"{run_id}-refund",
+        "version": 3,
+        "has_resume": 1,
+        "policy": tasks.for_request(request).as_script_arg(),
+        "deliver_state": "completed",
+        "deliver_limit": tasks.delivery_max_attempts,
+        "route": CHANNEL,
+        "args_digest": action_digest("issue_refund", {"order_id": "A-1", "amount": 30}),
+        "deliver_route": CHANNEL,
+        "deliver_attempt": 1,
+        "deliver_lease": 0,
+        "deliver_token": "0123456789abcdef0123456789abcdef",
+        "deliver_dirty": 0,
+        "deliver_started": now + 5,
+        "deliver_done_at": now + 9,
+        "deliver_deferred": 0,
+        "deliver_failures": 0,
+        "message_refs": json.dumps({"channel": CHANNEL, "ts": "1760000000.000100"}),
+    }
+    redis.hset(keys.handoff(handoff_id), mapping=fields)
+    for at, event, actor, detail in (
+        (now, "created", "agent", {"run_id": run_id, "request_type": "approval"}),
+        (now + 5, "delivery_started", "worker", {"attempt": 1}),
+        (now + 9, "delivered", "worker", {"attempt": 1}),
+    ):
+        entry = {"event": event, "handoff_id": handoff_id, "actor": actor, "at": at}
+        redis.rpush(keys.audit(handoff_id), json.dumps({**entry, "detail": detail}))
+    redis.set(keys.idempotency(f"{run_id}-refund"), handoff_id)
+    for key in indexes:
+        redis.zadd(key, {handoff_id: 0})
+    redis.zadd(keys.deadlines, {handoff_id: now + 3_600_000})
+    redis.set(keys.message_link(CHANNEL, "1760000000.000100"), handoff_id)
+    return handoff_id
+
+
+def _indexed(redis: Redis, key: str, handoff_id: str) -> bool:
+    return redis.zscore(key, handoff_id) is not None
+
+
+def test_an_old_shape_handoff_is_read_decided_and_resumed_once(
+    redis: Redis, handoffs: Handoffs, fast_tasks: TaskPolicy, workers: WorkerProcesses
+) -> None:
+    store = handoffs.store
+    handoff_id = write_old_shape(redis, store, fast_tasks, "run-old-1")
+
+    handoff = store.get(handoff_id)
+    assert handoff.status is Status.PENDING and handoff.run_id == "run-old-1"
+    assert handoff.channel == CHANNEL and handoff.reviewers == [REVIEWER]
+    assert handoff.payload.action.args == {"order_id": "A-1", "amount": 30}  # type: ignore[union-attr]
+    assert handoff.delivery.state is TaskState.COMPLETED
+    assert handoff.delivery.max_attempts == fast_tasks.delivery_max_attempts
+    assert handoff.message_refs == {"channel": CHANNEL, "ts": "1760000000.000100"}
+    assert [e.event for e in store.audit_trail(handoff_id)] == [
+        "created",
+        "delivery_started",
+        "delivered",
+    ]
+    assert {e.handoff_id for e in store.audit_trail(handoff_id)} == {handoff_id}
+    assert store.handoff_for_message(CHANNEL, "1760000000.000100") == handoff_id
+    assert [h.id for h in store.list_pending(store.keys.pending_by_reviewer(REVIEWER)).items] == [
+        handoff_id
+    ]
+    # Its idempotency key still finds it: the same request is not created again.
+    again = store.create(_request("run-old-1"), handoff_id=new_handoff_id())
+    assert (again.created, again.handoff.id) == (False, handoff_id)
+
+    workers.start()
+    decided = handoffs.decide(handoff_id, "approved", by=REVIEWER)
+
+    assert decided.status is Status.APPROVED
+    for key in (
+        store.keys.pending,
+        store.keys.pending_by_run("run-old-1"),
+        store.keys.pending_by_channel(CHANNEL),
+        store.keys.pending_by_reviewer(REVIEWER),
+    ):
+        assert not _indexed(redis, key, handoff_id), key
+    wait_until(lambda: store.get(handoff_id).resume.state is TaskState.COMPLETED)
+    [resumed] = resume_targets.recorded(redis)
+    assert (resumed["handoff_id"], resumed["status"]) == (handoff_id, "approved")
+    trail = [e.event for e in store.audit_trail(handoff_id)]
+    assert trail[:3] == ["created", "delivery_started", "delivered"]
+    assert "decided" in trail and "resumed" in trail
+
+
+def test_an_old_shape_approval_read_with_other_arguments_is_refused(
+    redis: Redis, handoffs: Handoffs, fast_tasks: TaskPolicy
+) -> None:
+    # Its digest stays in the hash: an approval of other arguments is still refused.
+    store = handoffs.store
+    handoff_id = write_old_shape(redis, store, fast_tasks, "run-old-2")
+    stale = action_digest("issue_refund", {"order_id": "A-1", "amount": 3000})
+    redis.hset(store.keys.handoff(handoff_id), "args_digest", stale)
+
+    read = action_digest("issue_refund", {"order_id": "A-1", "amount": 30})
+    with pytest.raises(ArgumentsChanged):
+        store.decide(handoff_id, Status.APPROVED, decided_by=REVIEWER, seen_digest=read)
+
+    assert store.get(handoff_id).is_pending
+
+
+def test_an_old_shape_handoff_is_reassigned_then_cancelled_and_purged(
+    redis: Redis, fast_tasks: TaskPolicy
+) -> None:
+    store = HandoffStore(redis, StoreConfig(tasks=fast_tasks, retention_seconds=0))
+    handoff_id = write_old_shape(redis, store, fast_tasks, "run-old-3")
+
+    moved = store.reassign(handoff_id, by="U0ADMIN", channel="C0NEWPLACE")
+
+    assert moved.channel == "C0NEWPLACE"
+    assert _indexed(redis, store.keys.pending_by_channel("C0NEWPLACE"), handoff_id)
+    assert not _indexed(redis, store.keys.pending_by_channel(CHANNEL), handoff_id)
+    # The rewritten index list moved to the body; nothing stale is left in the hash.
+    assert redis.hget(store.keys.handoff(handoff_id), "indexes") is None
+    assert redis.hget(store.keys.handoff_body(handoff_id), "indexes") is not None
+
+    store.cancel(handoff_id, cancelled_by="U0ADMIN", resume=False)
+    for key in (store.keys.pending, store.keys.pending_by_channel("C0NEWPLACE")):
+        assert not _indexed(redis, key, handoff_id)
+    # Its run is not resumed: the retention sweep takes every key of it.
+    assert store.purge_decided() == 1
+    with pytest.raises(HandoffNotFound):
+        store.get(handoff_id)
+    for key in (
+        store.keys.handoff(handoff_id),
+        store.keys.handoff_body(handoff_id),
+        store.keys.audit(handoff_id),
+        store.keys.idempotency("run-old-3-refund"),
+        store.keys.message_link(CHANNEL, "1760000000.000100"),
+    ):
+        assert not redis.exists(key), key
+
+
+def test_a_posted_handoff_keeps_a_listpack_hash_its_body_and_one_shared_policy(
+    redis: Redis, fast_tasks: TaskPolicy
+) -> None:
+    assert redis.config_get("hash-max-listpack-value")["hash-max-listpack-value"] == "64"
+    store = HandoffStore(redis, StoreConfig(tasks=fast_tasks))
+    ids = []
+    for n in range(2):
+        handoff_id = store.create(_request(f"run-new-{n}"), handoff_id=new_handoff_id()).handoff.id
+        start = store.begin_task(handoff_id, TaskKind.DELIVER, run_token=f"d{n}")
+        store.link_message(handoff_id, CHANNEL, f"1760000000.00020{n}")
+        refs = {"channel": CHANNEL, "ts": f"1760000000.00020{n}"}
+        store.finish_task(handoff_id, TaskKind.DELIVER, attempt=start.attempt, message_refs=refs)
+        ids.append(handoff_id)
+
+    for handoff_id in ids:
+        hkey = store.keys.handoff(handoff_id)
+        assert redis.object("encoding", hkey) == b"listpack"
+        assert not redis.hexists(hkey, "request") and not redis.hexists(hkey, "indexes")
+        assert redis.hget(hkey, "policy").startswith(b"@")  # type: ignore[union-attr]
+        body = redis.hgetall(store.keys.handoff_body(handoff_id))
+        assert set(body) == {b"request", b"indexes", b"args_digest"}
+        stored = json.loads(body[b"request"])
+        assert stored["run_id"] == store.get(handoff_id).run_id
+        # The trail leaves the id out; reading it puts it back.
+        raw = json.loads(redis.lindex(store.keys.audit(handoff_id), 0) or b"{}")
+        assert "handoff_id" not in raw
+        assert store.audit_trail(handoff_id)[0].handoff_id == handoff_id
+    # One policy for both, stored once, as the scripts read it.
+    assert redis.hlen(store.keys.policies) == 1
+    (policy,) = store.stored_fields(ids[0], "policy")
+    assert json.loads(policy or b"{}")["deliver_max"] == fast_tasks.delivery_max_attempts

@@ -1,0 +1,702 @@
+"""Pydantic AI adapter: run an agent, hand its deferred tool calls to people, and continue
+the run in a worker, exactly once, when all of them are decided.
+
+Install with ``pip install 'slack-handoff[pydantic-ai]'`` (``pydantic-ai-slim``, plus the
+provider extra your model needs). Name the function that builds the agent as
+``"module:function"`` (the agent and every worker call it)::
+
+    # myagent/agent.py
+    from pydantic_ai import Agent, DeferredToolRequests
+    from worker.adapters.pydantic_ai import ask_human_tool
+
+    def build_agent() -> Agent[None, str | DeferredToolRequests]:
+        agent = Agent(
+            "openai:gpt-5.2",
+            output_type=[str, DeferredToolRequests],
+            tools=[ask_human_tool()],
+        )
+
+        @agent.tool_plain(requires_approval=True)
+        def issue_refund(order_id: str, amount_usd: int) -> str:
+            \"\"\"Refund part of an order.\"\"\"
+            ...
+
+        return agent
+
+    # the agent process
+    adapter = PydanticAIHandoffs(handoffs, agent="myagent.agent:build_agent", channel="C0123")
+    outcome = await adapter.run("Refund order A-1001", run_id="ticket-42")
+
+How it works: a run that calls a tool with ``requires_approval=True`` (or whose tool raises
+``ApprovalRequired``), or a deferred tool (``CallDeferred``, an ``ExternalToolset`` tool,
+``ask_human_tool``), ends with a ``DeferredToolRequests`` output. Each of its calls becomes a
+handoff: an approval for ``approvals``, a question for ``calls``. The run's message history
+is kept in Redis (``ModelMessagesTypeAdapter`` JSON). When every handoff of that stop is
+decided, a worker builds ``DeferredToolResults`` from the decisions and continues with
+``agent.run(message_history=..., deferred_tool_results=...)``; the calls it stops at next
+are handed off the same way.
+
+- An approval becomes ``ToolApproved(override_args=...)`` with the arguments the reviewer
+  approved (the request's, with any edits laid over): the tool runs with exactly those,
+  whatever the stored history says, and Pydantic AI validates them against the tool's
+  schema as it does the model's. A stored call that no longer names the approved tool is
+  denied, not run.
+- A rejection, an expiry, a cancellation or an undeliverable handoff becomes
+  ``ToolDenied(message)`` with the reviewer's reason: the model reads it instead of the
+  tool's result.
+- A question's answer is the deferred call's return value; no answer becomes
+  ``ToolFailed(message)``, a failed tool result the model adapts to.
+
+Pydantic AI runs the approved calls again each time it is given the same history and
+results, so the handoff store decides when that happens: once. A worker that dies while
+continuing a run is replaced by another attempt, which continues from the same stored
+history: an approved call that already ran returns its recorded result instead of running
+again (``{ns}:pai:call:...``). Tools that need no approval may run again in that case.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import types
+import typing
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, ClassVar, Literal, Unpack
+
+from pydantic import BaseModel, Field
+from pydantic_ai import (
+    CallDeferred,
+    DeferredToolRequests,
+    DeferredToolResults,
+    Tool,
+    ToolDenied,
+)
+from pydantic_ai.agent import AbstractAgent, AgentRunResult
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.exceptions import ToolFailed
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelResponse,
+    ToolCallPart,
+)
+from pydantic_ai.tools import RunContext, ToolApproved, ToolDefinition
+from pydantic_core import to_jsonable_python
+from redis import Redis
+from redis.client import Pipeline
+
+from store.models import Handoff, Status
+from worker.adapters.pauses import (
+    AdapterMetadata,
+    HandoffOptions,
+    PauseKeys,
+    PauseRef,
+    Pauses,
+    PauseState,
+    ReadyPause,
+    RequestDefaults,
+    build_from_factory,
+    edited_args,
+    load_object,
+    option_names,
+    proposed_action,
+    refusal_message,
+    stable_id,
+    worker_handoffs,
+)
+from worker.client import Handoffs, reject_unknown_options
+
+logger = logging.getLogger(__name__)
+
+RESUME_TARGET = "worker.adapters.pydantic_ai:resume_run"
+"""The resume target of every handoff this adapter creates."""
+
+METADATA_KEY = "pydantic_ai"
+"""Where in a handoff's metadata the adapter keeps what the worker needs."""
+
+QUESTION_TOOL_NAME = "ask_human"
+"""Default name of the tool made by ``ask_human_tool``."""
+
+_QUESTION_DESCRIPTION = (
+    "Ask a person a clarifying question when you cannot continue without their answer "
+    "(a missing fact, a choice only they can make). Returns their answer."
+)
+
+
+class CallKind(StrEnum):
+    """What a deferred tool call waits for (Pydantic AI's ``DeferredToolRequests.kind``)."""
+
+    APPROVAL = "approval"  # requires_approval=True or ApprovalRequired: a person approves
+    QUESTION = "question"  # CallDeferred(kind="question"), ask_human_tool: a person answers
+    EXTERNAL = "external"  # CallDeferred(), ExternalToolset: a person supplies the result
+
+
+class DeferredCall(BaseModel):
+    """One deferred tool call of a stop, as handed to a person (kept with the stop, so a
+    worker that takes over hands the same calls off again)."""
+
+    call_id: str
+    kind: CallKind
+    tool_name: str
+    args: dict[str, Any] = Field(default_factory=dict)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    """The ``metadata`` of ``ApprovalRequired`` / ``CallDeferred``, as JSON."""
+    description: str | None = None
+    args_schema: dict[str, Any] | None = None
+
+
+class PydanticAIResume(AdapterMetadata):
+    """What a worker needs to continue the run, kept in ``metadata["pydantic_ai"]``."""
+
+    METADATA_KEY: ClassVar[str] = METADATA_KEY
+
+    agent: str
+    deps: str | None = None
+    run_id: str
+    namespace: str
+    pause: PauseRef
+    call_id: str
+    kind: CallKind
+    defaults: RequestDefaults
+    on_finish: str | None = None
+
+
+@dataclass(frozen=True)
+class AgentOutcome:
+    """Where a run stands after the adapter ran it.
+
+    ``output`` is the run's output once it finished (None while paused); ``messages`` is
+    the run's whole message history at that point (what Pydantic AI's
+    ``result.all_messages()`` returns).
+    """
+
+    status: Literal["paused", "finished"]
+    handoffs: list[Handoff] = field(default_factory=list)
+    output: Any = None
+    messages: list[ModelMessage] = field(default_factory=list)
+
+
+# -- the capability the adapter runs the agent with ------------------------------------
+
+
+@dataclass(frozen=True)
+class _CallRecords:
+    """The recorded results of the approved calls of one stop, by tool call id."""
+
+    redis: Redis
+    keys: PauseKeys
+    pause_id: str
+    call_ids: frozenset[str]
+    retention_seconds: int
+
+    def key(self, call_id: str) -> str:
+        return self.keys.adapter("pai", "call", self.pause_id, call_id)
+
+    def recorded(self, call_id: str) -> tuple[bool, Any]:
+        raw = self.redis.get(self.key(call_id))
+        return (False, None) if raw is None else (True, json.loads(raw)["v"])
+
+    def save(self, call_id: str, result: Any) -> None:
+        self.redis.set(self.key(call_id), _dump(result), ex=self.retention_seconds)
+
+
+@dataclass
+class _HandoffCapability(AbstractCapability[Any]):
+    """Added to each run the adapter makes: notes the tool definitions the model was
+    offered (their descriptions and schemas go to the reviewers), and runs each approved
+    call of the stop being continued at most once."""
+
+    records: _CallRecords | None = None
+    tools: dict[str, ToolDefinition] = field(default_factory=dict)
+
+    async def prepare_tools(
+        self, ctx: RunContext[Any], tool_defs: list[ToolDefinition]
+    ) -> list[ToolDefinition]:
+        for definition in tool_defs:
+            self.tools[definition.name] = definition
+        return tool_defs
+
+    async def wrap_tool_execute(
+        self,
+        ctx: RunContext[Any],
+        *,
+        call: ToolCallPart,
+        tool_def: ToolDefinition,
+        args: dict[str, Any],
+        handler: Any,
+    ) -> Any:
+        records = self.records
+        if records is None or call.tool_call_id not in records.call_ids:
+            return await handler(args)
+        found, result = records.recorded(call.tool_call_id)
+        if found:
+            logger.info(
+                "tool %s already ran for call %s; returning its result",
+                call.tool_name,
+                call.tool_call_id,
+                extra={"pause_id": records.pause_id},
+            )
+            return result
+        result = await handler(args)
+        records.save(call.tool_call_id, result)
+        return result
+
+
+# -- the question tool ------------------------------------------------------------------
+
+
+def ask_human_tool(
+    *, name: str = QUESTION_TOOL_NAME, description: str = _QUESTION_DESCRIPTION
+) -> Tool[Any]:
+    """A tool the model calls to ask a person. Each call is deferred as a question
+    (``CallDeferred(kind="question")``); under the adapter it becomes a question handoff
+    and the person's answer is the tool's result. Outside the adapter the run ends with a
+    ``DeferredToolRequests`` as for any deferred tool.
+
+    Example::
+
+        agent = Agent(model, output_type=[str, DeferredToolRequests], tools=[ask_human_tool()])
+    """
+
+    async def ask_human(question: str, choices: list[str] | None = None) -> str:
+        """Ask a person.
+
+        Args:
+            question: The question, in one or two sentences.
+            choices: Answers to offer, or null for a free-form answer.
+        """
+        raise CallDeferred(kind="question")
+
+    return Tool(ask_human, name=name, description=description, takes_ctx=False)
+
+
+# -- the adapter ------------------------------------------------------------------------
+
+
+class PydanticAIHandoffs:
+    """Run a Pydantic AI agent with its deferred tool calls handed to people.
+
+    ``agent`` names a zero-argument function returning the ``Agent`` (called once per
+    process, by the agent and by each worker); its ``output_type`` must include
+    ``DeferredToolRequests``. ``deps`` optionally names a function called as
+    ``fn(run_id=...)`` before every run of the agent, here and in each worker, that returns
+    the run's dependencies (``deps``); a run without it gets None. ``on_finish`` optionally
+    names a function called in the worker as ``fn(output, run_id=...)`` when a resumed run
+    completes (again if a worker dies right after it: key side effects on the run id).
+    ``options`` (``HandoffOptions``: channel, reviewers, ...) are given to every handoff.
+
+    Example::
+
+        adapter = PydanticAIHandoffs(handoffs, agent="myagent.agent:build_agent")
+        outcome = adapter.run_sync("Refund order A-1001", run_id="ticket-42")
+        # outcome.status == "paused": a worker continues the run once people decided.
+    """
+
+    def __init__(
+        self,
+        handoffs: Handoffs,
+        agent: str,
+        *,
+        deps: str | None = None,
+        on_finish: str | None = None,
+        **options: Unpack[HandoffOptions],
+    ) -> None:
+        reject_unknown_options("PydanticAIHandoffs", options, option_names(HandoffOptions))
+        self.handoffs = handoffs
+        self.agent_path = agent
+        self.defaults = RequestDefaults.build(**options)
+        for path in (deps, on_finish):
+            if path:
+                load_object(path)  # fail now, not in a worker days later
+        self.deps = deps
+        self.on_finish = on_finish
+        self.pauses = Pauses(handoffs)
+
+    @classmethod
+    def for_resume(cls, handoffs: Handoffs, resume: PydanticAIResume) -> PydanticAIHandoffs:
+        """The adapter as configured when it created the handoff (what workers use)."""
+        adapter = cls(handoffs, resume.agent, deps=resume.deps, on_finish=resume.on_finish)
+        adapter.defaults = resume.defaults
+        return adapter
+
+    @property
+    def agent(self) -> AbstractAgent[Any, Any]:
+        """The agent (built once per process by the factory)."""
+        agent = build_from_factory(self.agent_path)
+        if not isinstance(agent, AbstractAgent):
+            raise TypeError(f"{self.agent_path!r} returned {type(agent).__name__}, not an Agent")
+        if not _allows_deferred_tools(agent.output_type):
+            raise TypeError(
+                f"the agent of {self.agent_path!r} cannot stop for people: add "
+                "DeferredToolRequests to its output_type, e.g. "
+                "Agent(..., output_type=[str, DeferredToolRequests])"
+            )
+        return agent
+
+    async def run(
+        self,
+        user_prompt: str | Sequence[Any] | None = None,
+        *,
+        run_id: str,
+        message_history: Sequence[ModelMessage] | None = None,
+    ) -> AgentOutcome:
+        """Run the agent until it finishes or stops for deferred tool calls; hand those to
+        people.
+
+        ``run_id`` names this run (use a new one per run); the handoffs carry it.
+        ``message_history`` continues an earlier conversation, as in ``Agent.run``.
+        """
+        agent = self.agent
+        capability = _HandoffCapability()
+        result = await agent.run(
+            user_prompt,
+            message_history=message_history,
+            deps=self._deps(run_id),
+            capabilities=[capability],
+        )
+        return self._settle(result, capability, run_id)
+
+    def run_sync(
+        self,
+        user_prompt: str | Sequence[Any] | None = None,
+        *,
+        run_id: str,
+        message_history: Sequence[ModelMessage] | None = None,
+    ) -> AgentOutcome:
+        """``run`` for synchronous code (not from inside a running event loop)."""
+        return asyncio.run(self.run(user_prompt, run_id=run_id, message_history=message_history))
+
+    def final_output(self, run_id: str) -> Any:
+        """The output of a run that finished (as JSON: a model's fields as a dict); None
+        until then."""
+        raw = self.handoffs.redis.get(self._output_key(run_id))
+        return json.loads(raw)["v"] if raw is not None else None
+
+    def history(self, pause_id: str) -> list[ModelMessage]:
+        """The message history a run stopped with at ``pause_id`` (the ``pause.pause_id`` of
+        a handoff's ``metadata["pydantic_ai"]``)."""
+        raw = self.handoffs.redis.get(self._history_key(pause_id))
+        if raw is None:
+            raise LookupError(f"the message history of pause {pause_id} is gone (purged?)")
+        return ModelMessagesTypeAdapter.validate_json(raw)
+
+    async def resume(self, handoff: Handoff) -> AgentOutcome | None:
+        """Continue the run of a decided handoff once every call of its stop is decided
+        (what the worker calls); None while others are pending or when another handoff of
+        the stop continues it."""
+        resume = PydanticAIResume.of(handoff)
+        ready = self.pauses.claim_if_ready(handoff, resume.pause, starting=lambda members: True)
+        if ready is None:
+            return None
+        context = {"handoff_id": handoff.id, "run_id": resume.run_id}
+        if ready.state is PauseState.RESUMED:
+            # A previous attempt ran the agent and recorded what came next, then died.
+            logger.info("run already continued; finishing its hand-off", extra=context)
+            return self._redo_settle(ready, resume.run_id)
+        messages = self.history(ready.pause_id)
+        agent = self.agent
+        results = DeferredToolResults()
+        calls = _pending_calls(messages)
+        for member in ready.members.values():
+            _apply(results, member, calls)
+        capability = _HandoffCapability(
+            records=_CallRecords(
+                redis=self.handoffs.redis,
+                keys=self.pauses.keys,
+                pause_id=ready.pause_id,
+                call_ids=frozenset(results.approvals),
+                retention_seconds=self.pauses.retention_seconds,
+            )
+        )
+        logger.info("continuing run with %d decisions", len(ready.members), extra=context)
+        result = await agent.run(
+            message_history=messages,
+            deferred_tool_results=results,
+            deps=self._deps(resume.run_id),
+            capabilities=[capability],
+        )
+        return self._settle(result, capability, resume.run_id, after=ready.pause_id)
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _deps(self, run_id: str) -> Any:
+        return load_object(self.deps)(run_id=run_id) if self.deps else None
+
+    def _settle(
+        self,
+        result: AgentRunResult[Any],
+        capability: _HandoffCapability,
+        run_id: str,
+        *,
+        after: str | None = None,
+    ) -> AgentOutcome:
+        """Record what the run stopped at (deferred calls, or its output) in one transaction
+        with the end of the stop it continued, then act on it."""
+        redis = self.handoffs.redis
+        messages = result.all_messages()
+        output = result.output
+        if isinstance(output, DeferredToolRequests):
+            calls = _deferred_calls(output, messages, capability.tools)
+            call_ids = [call.call_id for call in calls]
+            pause_id = stable_id("pap", run_id, str(len(messages)), *sorted(call_ids))
+            stored_calls = json.dumps([call.model_dump(mode="json") for call in calls])
+            with redis.pipeline(transaction=True) as pipe:
+                pipe.set(
+                    self._history_key(pause_id),
+                    ModelMessagesTypeAdapter.dump_json(messages),
+                    nx=True,
+                )
+                self.pauses.open(
+                    pause_id, call_ids, pipeline=pipe, adapter=METADATA_KEY, calls=stored_calls
+                )
+                if after is not None:
+                    self._end_pause(after, pipe, next=pause_id)
+                pipe.execute()
+            handoffs = self._hand_off(pause_id, calls, run_id)
+            return AgentOutcome("paused", handoffs, None, messages)
+        with redis.pipeline(transaction=True) as pipe:
+            pipe.set(self._output_key(run_id), _dump(output), ex=self.pauses.retention_seconds)
+            if after is not None:
+                self._end_pause(after, pipe, finished="1")
+            pipe.execute()
+        if after is not None:
+            self._report(after, output, run_id)
+        return AgentOutcome("finished", [], output, messages)
+
+    def _end_pause(self, pause_id: str, pipeline: Pipeline, **fields: str) -> None:
+        """Mark a continued stop resumed; its history is kept for the retention period only
+        (what came next has a history of its own)."""
+        self.pauses.mark(pause_id, PauseState.RESUMED, pipeline=pipeline, **fields)
+        pipeline.expire(self._history_key(pause_id), self.pauses.retention_seconds)
+
+    def _report(self, pause_id: str, output: Any, run_id: str) -> None:
+        """Call ``on_finish`` for a run a worker finished, and note that it was called (a
+        worker that dies in between calls it again: at least once)."""
+        if self.on_finish:
+            load_object(self.on_finish)(output, run_id=run_id)
+            self.pauses.mark(pause_id, PauseState.RESUMED, reported="1")
+
+    def _redo_settle(self, ready: ReadyPause, run_id: str) -> AgentOutcome:
+        next_pause = ready.fields.get("next")
+        if next_pause:
+            stored = self.pauses.fields(next_pause).get("calls")
+            if stored is None:
+                raise LookupError(f"the calls of pause {next_pause} are gone (purged?)")
+            calls = [DeferredCall.model_validate(call) for call in json.loads(stored)]
+            return AgentOutcome("paused", self._hand_off(next_pause, calls, run_id))
+        output = self.final_output(run_id)
+        if ready.fields.get("reported") != "1":
+            self._report(ready.pause_id, output, run_id)
+        return AgentOutcome("finished", [], output)
+
+    def _hand_off(self, pause_id: str, calls: Sequence[DeferredCall], run_id: str) -> list[Handoff]:
+        created = []
+        count = len(calls)
+        agent_name = self.defaults.agent_name or _agent_name(self.agent_path)
+        for position, call in enumerate(calls, start=1):
+            resume = PydanticAIResume(
+                agent=self.agent_path,
+                deps=self.deps,
+                run_id=run_id,
+                namespace=self.handoffs.store.keys.namespace,
+                pause=PauseRef(pause_id=pause_id, item=call.call_id, size=count),
+                call_id=call.call_id,
+                kind=call.kind,
+                defaults=self.defaults,
+                on_finish=self.on_finish,
+            )
+            verb = "wants to call" if call.kind is CallKind.APPROVAL else "asks, through"
+            context = f"Agent {agent_name!r} (run {run_id}) {verb} {call.tool_name}."
+            if call.kind is CallKind.EXTERNAL and call.description:
+                context += f" {call.tool_name}: {call.description}"
+            reason = call.metadata.get("reason")  # ApprovalRequired(metadata={"reason": ...})
+            if isinstance(reason, str) and reason.strip():
+                context += f" Why: {reason.strip()}"
+            if count > 1:
+                context += f" Request {position} of {count}; the run continues when all are "
+                context += "decided."
+            options = self.defaults.options(
+                context=context,
+                idempotency_key=f"pai:{pause_id}:{_short(call.call_id)}",
+                resume=RESUME_TARGET,
+                metadata={METADATA_KEY: resume.model_dump(mode="json")},
+            )
+            if call.kind is CallKind.APPROVAL:
+                handoff = self.handoffs.request_approval(
+                    run_id=run_id,
+                    thread_id=run_id,
+                    action=call.tool_name,
+                    args=call.args,
+                    description=call.description,
+                    args_schema=call.args_schema,
+                    **options,
+                )
+            else:
+                question, choices = _question(call)
+                handoff = self.handoffs.ask(
+                    run_id=run_id, thread_id=run_id, question=question, choices=choices, **options
+                )
+            created.append(handoff)
+        return created
+
+    def _history_key(self, pause_id: str) -> str:
+        return self.pauses.keys.adapter("pai", "history", pause_id)
+
+    def _output_key(self, run_id: str) -> str:
+        return self.pauses.keys.adapter("pai", "output", run_id)
+
+
+async def resume_run(
+    handoff: Handoff, *, attempt: int = 1, handoffs: Handoffs | None = None
+) -> None:
+    """Resume target of every handoff the adapter creates (``RESUME_TARGET``).
+
+    Called in a worker once per decided handoff; continues the run when the handoff's whole
+    stop is decided. ``handoffs`` defaults to a client configured from the environment on
+    the handoff's namespace (tests pass their own).
+    """
+    resume = PydanticAIResume.of(handoff)
+    client = handoffs or worker_handoffs(resume.namespace)
+    logger.debug("resume attempt %d", attempt, extra={"handoff_id": handoff.id})
+    await PydanticAIHandoffs.for_resume(client, resume).resume(handoff)
+
+
+# -- helpers ----------------------------------------------------------------------------
+
+
+def _apply(results: DeferredToolResults, member: Handoff, calls: dict[str, ToolCallPart]) -> None:
+    """Add one decision to the results the run continues with. An approved call runs with
+    exactly the arguments the reviewer approved (``override_args``: the request's, with the
+    edits laid over), whatever the stored history says, and only if the history still names
+    the approved tool."""
+    resume = PydanticAIResume.of(member)
+    call_id = resume.call_id
+    if resume.kind is CallKind.APPROVAL:
+        if member.status is not Status.APPROVED:
+            results.approvals[call_id] = ToolDenied(refusal_message(member))
+            return
+        action = proposed_action(member)
+        stored = calls.get(call_id)
+        if stored is None or stored.tool_name != action.name:
+            logger.error(
+                "the stored call %s is not the approved %s; not running it",
+                call_id,
+                action.name,
+                extra={"handoff_id": member.id, "run_id": member.run_id},
+            )
+            results.approvals[call_id] = ToolDenied(
+                f"Not run: the stored call is not the {action.name} call that was approved."
+            )
+            return
+        args = edited_args(member) or action.args
+        results.approvals[call_id] = ToolApproved(override_args=dict(args))
+        return
+    decision = member.resume_data
+    if member.status is Status.ANSWERED and decision is not None:
+        answer = decision.answer_data if decision.answer_data is not None else decision.answer
+        results.calls[call_id] = answer
+    else:
+        results.calls[call_id] = ToolFailed(refusal_message(member, question=True))
+
+
+def _pending_calls(messages: Sequence[ModelMessage]) -> dict[str, ToolCallPart]:
+    """The tool calls of the history's last model response (those a stop waits on), by id."""
+    for message in reversed(messages):
+        if isinstance(message, ModelResponse):
+            return {call.tool_call_id: call for call in message.tool_calls}
+    return {}
+
+
+def _deferred_calls(
+    requests: DeferredToolRequests,
+    messages: Sequence[ModelMessage],
+    tools: dict[str, ToolDefinition],
+) -> list[DeferredCall]:
+    """The stop's deferred calls, in the order the model made them."""
+    parts = [*requests.approvals, *requests.calls]
+    order = _call_order(messages)
+    parts.sort(key=lambda part: order.get(part.tool_call_id, len(order)))
+    calls = []
+    for part in parts:
+        definition = tools.get(part.tool_name)
+        calls.append(
+            DeferredCall(
+                call_id=part.tool_call_id,
+                kind=CallKind(requests.kind(part.tool_call_id)),
+                tool_name=part.tool_name,
+                args=_arguments(part),
+                metadata=_jsonable(requests.metadata.get(part.tool_call_id) or {}),
+                description=definition.description if definition else None,
+                args_schema=definition.parameters_json_schema if definition else None,
+            )
+        )
+    return calls
+
+
+def _call_order(messages: Sequence[ModelMessage]) -> dict[str, int]:
+    return {call_id: i for i, call_id in enumerate(_pending_calls(messages))}
+
+
+def _arguments(part: ToolCallPart) -> dict[str, Any]:
+    try:
+        return _jsonable(part.args_as_dict())
+    except ValueError:  # arguments the model sent as invalid JSON
+        return {"arguments": part.args}
+
+
+def _question(call: DeferredCall) -> tuple[str, list[str] | None]:
+    """What a deferred call asks a person: the ``question`` (and ``choices``) of its
+    metadata or arguments, else the call itself, whose result the person supplies."""
+    for source in (call.metadata, call.args):
+        question = source.get("question")
+        if isinstance(question, str) and question.strip():
+            choices = source.get("choices")
+            if isinstance(choices, list) and choices and all(isinstance(c, str) for c in choices):
+                return question, list(choices)
+            return question, None
+    arguments = json.dumps(call.args, ensure_ascii=False, default=str)
+    return f"The agent needs the result of {call.tool_name} with {arguments}. Reply with it.", None
+
+
+def _allows_deferred_tools(output_type: Any) -> bool:
+    """Whether an output spec includes ``DeferredToolRequests`` (in a list or a union)."""
+    if output_type is DeferredToolRequests:
+        return True
+    if isinstance(output_type, Sequence) and not isinstance(output_type, str):
+        return any(_allows_deferred_tools(item) for item in output_type)
+    if typing.get_origin(output_type) in (typing.Union, types.UnionType):
+        return any(_allows_deferred_tools(item) for item in typing.get_args(output_type))
+    return False
+
+
+def _agent_name(path: str) -> str:
+    built = build_from_factory(path)
+    return getattr(built, "name", None) or path.rpartition(":")[2]
+
+
+def _jsonable(value: Any) -> Any:
+    return to_jsonable_python(value, fallback=str)
+
+
+def _dump(value: Any) -> str:
+    return json.dumps({"v": _jsonable(value)})
+
+
+def _short(call_id: str) -> str:
+    return call_id if len(call_id) <= 120 else stable_id("call", call_id)
+
+
+__all__ = [
+    "QUESTION_TOOL_NAME",
+    "RESUME_TARGET",
+    "AgentOutcome",
+    "CallKind",
+    "DeferredCall",
+    "PydanticAIHandoffs",
+    "PydanticAIResume",
+    "ask_human_tool",
+    "resume_run",
+]
