@@ -5,7 +5,8 @@ logs a secret; this is the second line of defence, for a library that one day lo
 request body, an exception that quotes a URL with a token, or a setting printed by mistake.
 Once installed (``handoff`` does it before any command runs), every log record of the
 process, from any logger, has the configured secrets, anything shaped like a Slack token
-(``xoxb-...``, ``xapp-...``), Slack response URLs and the password of any URL
+(``xoxb-...``, ``xapp-...``), our API keys and webhook secrets (``hk_...``, ``whsec_...``),
+Slack response URLs and the password of any URL
 (``redis://:password@host``) replaced by ``[redacted]``: in its message, in its ``extra=``
 fields, in its traceback and stack, and in the exception text of any formatter that renders
 the exception itself (a JSON formatter, for instance).
@@ -23,6 +24,10 @@ REDACTED = "[redacted]"
 
 SLACK_TOKEN = re.compile(r"\b(?:xox[abeoprs]|xapp)-[A-Za-z0-9][A-Za-z0-9-]*")
 """Slack bot, user, app-level and refresh tokens."""
+
+HANDOFF_SECRET = re.compile(r"\b(?:hk_[A-Za-z0-9_-]{16,}|whsec_[A-Za-z0-9+/=]{16,})")
+"""Our own secrets: HTTP API keys (``hk_``, ``store.api_keys``) and the webhook signing
+secrets made with them (``whsec_``), whoever's key it is (not only this process's)."""
 
 RESPONSE_URL = re.compile(r"(https://hooks\.slack\.com/)[^\s\"'<>]+")
 """Slack's response URLs and webhooks: whoever has one can post as the app for a while."""
@@ -43,10 +48,12 @@ _RECORD_FIELDS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))
 
 
 def redact(text: str, secrets: Iterable[str]) -> str:
-    """``text`` with every secret, Slack token, response URL and URL password replaced."""
+    """``text`` with every secret, Slack token, API key, webhook secret, response URL and URL
+    password replaced."""
     for secret in secrets:
         text = text.replace(secret, REDACTED)
     text = SLACK_TOKEN.sub(REDACTED, text)
+    text = HANDOFF_SECRET.sub(REDACTED, text)
     text = RESPONSE_URL.sub(rf"\g<1>{REDACTED}", text)
     return URL_PASSWORD.sub(rf"\g<1>{REDACTED}@", text)
 

@@ -11,8 +11,11 @@ import sys
 from collections.abc import Iterator
 
 import pytest
+from redis import Redis
 
 from bot.log_redaction import install
+from store.api_keys import ApiKeys
+from store.keys import KeySpace
 from tests.conftest import ROOT
 
 SECRET = "signing-secret-0123456789"
@@ -48,6 +51,21 @@ def logged() -> Iterator[tuple[logging.Logger, io.StringIO, io.StringIO]]:
         undo()
         for handler in handlers:
             logger.removeHandler(handler)
+
+
+def test_api_keys_and_webhook_secrets_of_any_key_are_redacted(
+    logged: tuple[logging.Logger, io.StringIO, io.StringIO], redis: Redis
+) -> None:
+    """Keys and secrets as ``store.api_keys`` makes them, none of them configured here."""
+    created = ApiKeys(redis, KeySpace()).create("leaky")
+    logger, plain, as_json = logged
+    logger.info("calling with Authorization: Bearer %s", created.key)
+    logger.warning("bad signature", extra={"user": f"signed with {created.record.webhook_secret}"})
+
+    for text in (plain.getvalue(), as_json.getvalue()):
+        assert created.key not in text and created.record.webhook_secret not in text, text
+        assert "Bearer [redacted]" in text, text
+    assert "signed with [redacted]" in as_json.getvalue()  # the plain lines leave extra= out
 
 
 def test_response_urls_and_url_passwords_are_redacted(
