@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
 import os
 import secrets
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal, NamedTuple
@@ -586,7 +587,7 @@ class HandoffStore:
                 found = self.redis.xrevrange(self.keys.global_audit, max=high, min=low, count=want)
             else:
                 found = self.redis.xrange(self.keys.global_audit, min=low, max=high, count=want)
-            page = _audit_page(found)
+            page = _audit_page(found, self._trail_events)
             if page:
                 yield page
             if len(page) < want:
@@ -609,6 +610,14 @@ class HandoffStore:
         if latest:
             return as_text(latest[0][0])
         return f"{seconds * 1000 + micros // 1000 - 1}-0"
+
+    def _trail_events(self, places: list[tuple[str, int]]) -> list[Any]:
+        """The trail events at ``places`` (handoff id, place in its trail), in one round
+        trip: what the stream's pointer entries name (see ``audit`` in ``store.scripts``)."""
+        pipe = self.redis.pipeline(transaction=False)
+        for handoff_id, index in places:
+            pipe.lindex(self.keys.audit(handoff_id), index)
+        return list(pipe.execute())
 
     def failed_tasks(self) -> list[tuple[TaskKind, str]]:
         """Deliveries and resumes that gave up, oldest first."""
@@ -1520,21 +1529,43 @@ def _ms_to_datetime(value: str) -> datetime | None:
     return datetime.fromtimestamp(int(value) / 1000, tz=UTC)
 
 
-def _audit_page(found: list[Any] | None) -> list[AuditEntry]:
+def _audit_page(
+    found: list[Any] | None, follow: Callable[[list[tuple[str, int]]], list[Any]]
+) -> list[AuditEntry]:
     """Stream entries as ``AuditEntry``s. This runs for every entry of every read of the
-    stream (``handoff stats`` reads all of it), so the common reply (from a client without
-    ``decode_responses``, every entry with its event) takes one comprehension; anything else
-    (str replies, an entry without an event) the careful loop."""
+    stream (``handoff stats`` reads all of it), so a page of whole events (from a client
+    without ``decode_responses``) takes one comprehension; anything else (str replies, an
+    entry without an event, pointers into a pending handoff's trail) the careful loop.
+    ``follow`` reads the trail events that pointers name (``None`` for one that is gone)."""
     new = tuple.__new__
     try:
         return [new(AuditEntry, (i.decode(), f[b"e"])) for i, f in found or ()]
     except (AttributeError, KeyError, TypeError):
         pass
     page: list[AuditEntry] = []
+    pointers: list[tuple[int, str, int]] = []
+    """(place in the page, handoff id, place in its trail) of each pointer entry."""
     for entry_id, fields in found or ():
-        raw = (fields or {}).get(b"e", (fields or {}).get("e")) or b""
+        named = {as_text(k): v for k, v in (fields or {}).items()}
+        raw = named.get("e") or b""
+        if not raw and named.get("p"):
+            with contextlib.suppress(ValueError):
+                pointers.append((len(page), as_text(named["p"]), int(named.get("i") or 0)))
         page.append(new(AuditEntry, (as_text(entry_id), as_text(raw).encode())))
+    if pointers:
+        events = follow([(handoff_id, index) for _, handoff_id, index in pointers])
+        for (at, handoff_id, _), event in zip(pointers, events, strict=True):
+            if event:
+                page[at] = AuditEntry(page[at].id, _naming(as_text(event).encode(), handoff_id))
     return page
+
+
+def _naming(trail_event: bytes, handoff_id: str) -> bytes:
+    """A trail event (JSON without the id its key says) as the stream holds whole events:
+    with ``handoff_id``, first, so readers that search the bytes find it there too."""
+    named = b'{"handoff_id":' + json.dumps(handoff_id).encode()
+    rest = trail_event.strip()[1:]
+    return named + (b"," + rest if rest.strip() != b"}" else b"}")
 
 
 __all__ = [

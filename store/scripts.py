@@ -126,15 +126,28 @@ local TRAIL_KEEPS_REPEATS_UP_TO = 200
 
 -- The handoff's own trail leaves out its id, which its key says (AuditEvent.from_json puts
 -- it back): one copy less per event of every waiting handoff. Older trails hold it.
+--
+-- While the handoff is pending, the stream's entry only points at the trail's copy
+-- ('p' the id, 'i' its place in the trail), which the readers follow (HandoffStore.
+-- audit_pages): each event of a waiting handoff is kept once. Such an entry is older than the
+-- decision, so the stream trims it (retention after it was added) before the purge removes
+-- the trail (retention after the decision; PURGE_DECIDED keeps a trail its pointers may still
+-- name). Events after the decision go into the stream whole ('e'), as every event did
+-- before: they may outlive the handoff there.
 local function audit(id, event, actor, at, detail)
   local trail = P .. 'audit:' .. id
+  local kept = nil
   if not REPEATABLE[event] or redis.call('LLEN', trail) < TRAIL_KEEPS_REPEATS_UP_TO then
-    redis.call('RPUSH', trail, cjson.encode({event = event, actor = actor, at = at,
-                                             detail = detail}))
+    kept = redis.call('RPUSH', trail, cjson.encode({event = event, actor = actor, at = at,
+                                                    detail = detail}))
   end
-  redis.call('XADD', P .. 'audit', '*', 'e', cjson.encode({event = event, handoff_id = id,
-                                                          actor = actor, at = at,
-                                                          detail = detail}))
+  if kept and redis.call('HGET', P .. 'h:' .. id, 'status') == 'pending' then
+    redis.call('XADD', P .. 'audit', '*', 'p', id, 'i', kept - 1)
+  else
+    redis.call('XADD', P .. 'audit', '*', 'e', cjson.encode({event = event, handoff_id = id,
+                                                            actor = actor, at = at,
+                                                            detail = detail}))
+  end
 end
 
 -- A resent call (same operation id) answers what the first run did; see the module text.
@@ -959,7 +972,7 @@ local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumb
 local purged = 0
 for _, id in ipairs(due) do
   local hkey = P .. 'h:' .. id
-  local f = redis.call('HMGET', hkey, 'resume_state', 'idem_key', 'message_refs')
+  local f = redis.call('HMGET', hkey, 'resume_state', 'idem_key', 'message_refs', 'decided_at')
   local failed_at = f[1] == 'failed' and redis.call('ZSCORE', P .. 'failed', 'resume:' .. id)
   local given_up = failed_at and now - tonumber(failed_at) >= retention
   if f[1] == 'none' or f[1] == 'completed' or not f[1] or given_up then
@@ -974,7 +987,15 @@ for _, id in ipairs(due) do
         run_id = okr and type(request) == 'table' and request.run_id or nil,
         error = g[3]})
     end
-    redis.call('DEL', hkey, body_key(hkey), P .. 'audit:' .. id)
+    redis.call('DEL', hkey, body_key(hkey))
+    -- The stream's pointers into the trail (events of the pending handoff, see audit) are
+    -- trimmed retention after the decision at the latest: the trail stays until then.
+    local trail_until = tonumber(f[4] or 0) + retention
+    if trail_until > now then
+      redis.call('PEXPIREAT', P .. 'audit:' .. id, trail_until)
+    else
+      redis.call('DEL', P .. 'audit:' .. id)
+    end
     if f[2] and f[2] ~= '' then redis.call('DEL', P .. 'idem:' .. f[2]) end
     -- Every message link goes with it: those of the message refs (the message, escalation
     -- copies, messages moved from). Only links that still name this handoff go.

@@ -231,3 +231,84 @@ def test_a_posted_handoff_keeps_a_listpack_hash_its_body_and_one_shared_policy(
     assert redis.hlen(store.keys.policies) == 1
     (policy,) = store.stored_fields(ids[0], "policy")
     assert json.loads(policy or b"{}")["deliver_max"] == fast_tasks.delivery_max_attempts
+
+
+def _posted(store: HandoffStore, run_id: str) -> str:
+    handoff_id = store.create(_request(run_id), handoff_id=new_handoff_id()).handoff.id
+    start = store.begin_task(handoff_id, TaskKind.DELIVER, run_token=f"t-{run_id}")
+    store.finish_task(handoff_id, TaskKind.DELIVER, attempt=start.attempt, message_refs={})
+    return handoff_id
+
+
+def _stream_fields(redis: Redis, store: HandoffStore) -> list[dict[bytes, bytes]]:
+    return [fields for _, fields in redis.xrange(store.keys.global_audit) or []]
+
+
+def test_a_pending_handoffs_events_are_kept_once_and_read_whole_from_the_stream(
+    redis: Redis, fast_tasks: TaskPolicy
+) -> None:
+    store = HandoffStore(redis, StoreConfig(tasks=fast_tasks))
+    handoff_id = _posted(store, "run-once-1")
+    trail = store.audit_trail(handoff_id)
+    assert [e.event for e in trail] == ["created", "delivery_started", "delivered"]
+
+    # The stream points at the trail's copies...
+    pointers = _stream_fields(redis, store)
+    assert pointers == [{b"p": handoff_id.encode(), b"i": str(i).encode()} for i in range(3)]
+    # ...and every reader gets whole events, the id first, as whole entries hold it.
+    entries = list(store.audit_entries())
+    assert [e.event for e in entries] == trail
+    assert all(e.raw.startswith(f'{{"handoff_id":"{handoff_id}",'.encode()) for e in entries)
+    assert store.global_audit() == trail
+
+    # From the decision on, events go into the stream whole (they may outlive the handoff).
+    store.decide(handoff_id, Status.APPROVED, decided_by=REVIEWER)
+    decided = _stream_fields(redis, store)[3]
+    assert set(decided) == {b"e"} and json.loads(decided[b"e"])["event"] == "decided"
+    assert [e.event.event for e in store.audit_entries()][3] == "decided"
+
+
+def test_whole_stream_entries_of_a_pending_handoff_written_before_still_read(
+    redis: Redis, fast_tasks: TaskPolicy
+) -> None:
+    store = HandoffStore(redis, StoreConfig(tasks=fast_tasks))
+    handoff_id = write_old_shape(redis, store, fast_tasks, "run-once-2")
+    whole = {"event": "created", "handoff_id": handoff_id, "actor": "agent", "at": 1, "detail": {}}
+    redis.xadd(store.keys.global_audit, {"e": json.dumps(whole)})
+    later = _posted(store, "run-once-3")  # pointers after it
+
+    read = [(e.event.handoff_id, e.event.event) for e in store.audit_entries()]
+    assert read == [
+        (handoff_id, "created"),
+        (later, "created"),
+        (later, "delivery_started"),
+        (later, "delivered"),
+    ]
+
+
+def test_a_trail_the_stream_still_points_at_outlives_an_early_purge(
+    redis: Redis, fast_tasks: TaskPolicy
+) -> None:
+    """The purge runs retention after the decision; a handoff purged sooner (its retention
+    entry due early, as after a shorter setting) keeps its trail until the stream has
+    trimmed the pointers into it, and a pointer to a trail that is gone is skipped."""
+    store = HandoffStore(redis, StoreConfig(tasks=fast_tasks, retention_seconds=3600))
+    handoff_id = _posted(store, "run-once-4")
+    store.cancel(handoff_id, cancelled_by="U0ADMIN", resume=False)
+    redis.zadd(store.keys.retention, {handoff_id: 0})  # due now
+
+    assert store.purge_decided() == 1
+    with pytest.raises(HandoffNotFound):
+        store.get(handoff_id)
+    trail_key = store.keys.audit(handoff_id)
+    assert 3_500_000 < redis.pttl(trail_key) <= 3_600_000
+    assert [e.event.event for e in store.audit_entries()][:3] == [
+        "created",
+        "delivery_started",
+        "delivered",
+    ]
+
+    redis.delete(trail_key)
+    left = list(store.audit_entries())
+    assert [e.raw for e in left[:3]] == [b"", b"", b""]  # skipped by every reader
+    assert [e.event for e in store.global_audit()] == ["cancelled"]

@@ -311,11 +311,19 @@ def changes(before: State, after: State, redis: Redis) -> list[str]:
     (old_len, old_id), (new_len, _) = before.stream_end, after.stream_end
     if new_len != old_len:
         start = b"(" + old_id if old_id else b"-"
-        added = [fields.get(b"e", b"{}") for _, fields in redis.xrange(AUDIT_STREAM, min=start)]
+        added = [_whole_event(redis, f) for _, f in redis.xrange(AUDIT_STREAM, min=start)]
         if new_len < old_len or len(added) != new_len - old_len:
             found.append("the audit stream was not only appended to")
         found += _event_problems(AUDIT_STREAM, added)
     return found
+
+
+def _whole_event(redis: Redis, fields: dict[bytes, bytes]) -> bytes:
+    """A stream entry's event: whole, or the trail event a pending handoff's entry points at."""
+    if b"p" in fields:
+        trail = AUDIT_LIST_PREFIX + fields[b"p"]
+        return redis.lindex(trail, int(fields.get(b"i", b"0"))) or b"{}"  # type: ignore[return-value]
+    return fields.get(b"e", b"{}")
 
 
 def _event_problems(key: bytes, entries: list[bytes]) -> list[str]:
