@@ -11,8 +11,9 @@ key                                    type    contents
 ``{ns}:h:<id>``                        hash    the handoff's short fields: status, decision,
                                                delivery and resume progress, message refs,
                                                its policy's name (kept a listpack: below)
-``{ns}:hb:<id>``                       hash    the handoff's body: request JSON, its pending
-                                               index keys (JSON), an approval's args digest
+``{ns}:hb:<id>``                       string  the handoff's body: an approval's args
+                                               digest, its pending index keys (JSON) and
+                                               the request JSON, a line each (``BODY_FIELDS``)
 ``{ns}:policies``                      hash    SHA-1 -> a task policy's JSON (attempts,
                                                timeouts, timers), stored once for every
                                                handoff naming it
@@ -49,16 +50,19 @@ key                                    type    contents
                                                given-up counts, the decision-time histogram
 =====================================  ======  ===============================================
 
-A handoff is two hashes so that the one read and written on every step stays small. Redis
-keeps a hash as a listpack (a few bytes per field) while every value is at most
+A handoff is a hash and a string so that the hash read and written on every step stays
+small. Redis keeps a hash as a listpack (a few bytes per field) while every value is at most
 ``hash-max-listpack-value`` bytes (64 by default) and as a hashtable (about 60 bytes more
 per field) once one is longer; the request JSON alone is hundreds of bytes. So the long
-values live in the body, and the policy, the same JSON for most handoffs, is stored once in
-``{ns}:policies`` and named by ``@<sha1>``. Its own audit trail leaves out its id (the
-key says it). Handoffs written before this layout (0.1.0) hold ``request``, ``indexes``,
-``args_digest`` and the policy's JSON in ``{ns}:h:<id>`` itself, and their trails name
-them; the scripts read either shape (``store.scripts``: ``body_get``, ``policy_json``) and
-move a field to the body when they rewrite it (``tests/test_storage_layout.py``).
+values live in the body, one string (a hash of them would be a hashtable again), and the
+policy, the same JSON for most handoffs, is stored once in ``{ns}:policies`` and named by
+``@<sha1>``. Its own audit trail leaves out its id (the key says it), and while it is
+pending the namespace's stream only points at the trail's events (``p`` and ``i``: its id
+and the event's place), which the readers follow. Handoffs written before this layout
+(0.1.0) hold ``request``, ``indexes``, ``args_digest`` and the policy's JSON in
+``{ns}:h:<id>`` itself, and their trails name them; the scripts read either shape
+(``store.scripts``: ``body_get``, ``policy_json``) and move a field to the body when they
+rewrite it (``tests/test_storage_layout.py``).
 
 Handoff hashes have no TTL: a pending handoff never disappears on its own, and a decided
 one is removed only by the retention sweep once its resume has finished. The sweep removes
@@ -73,6 +77,24 @@ import functools
 from dataclasses import dataclass
 
 from store import defaults
+
+BODY_FIELDS = ("args_digest", "indexes", "request")
+"""The handoff body's fields, in their order in ``{ns}:hb:<id>``, each ended by a newline but
+the last (compact JSON and a digest never hold one); an absent one is empty."""
+
+
+def body_fields(body: bytes | None) -> dict[str, bytes]:
+    """The fields of a handoff's body as stored (``BODY_FIELDS``), the empty ones left out."""
+    if not body:
+        return {}
+    parts = body.split(b"\n", len(BODY_FIELDS) - 1)
+    return {name: part for name, part in zip(BODY_FIELDS, parts, strict=False) if part}
+
+
+def body_string(fields: dict[str, bytes]) -> bytes:
+    """A handoff body from its fields, as the store's scripts write it (``body_fields``
+    reads it back); for tools and tests that write one by hand."""
+    return b"\n".join(fields.get(name, b"") for name in BODY_FIELDS)
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ from store.exceptions import (
     TooManyVotes,
 )
 from store.ids import new_handoff_id
-from store.keys import KeySpace
+from store.keys import KeySpace, body_fields
 from store.lua import LuaScript, ReplicaAcks, confirmed_pipeline
 from store.metrics import via_class
 from store.models import (
@@ -465,11 +465,12 @@ class HandoffStore:
         field of the hash, else of the body; ``policy`` as its JSON (the hash names it)."""
         with self.redis.pipeline(transaction=False) as pipe:
             pipe.hmget(self.keys.handoff(handoff_id), *names)
-            pipe.hmget(self.keys.handoff_body(handoff_id), *names)
-            in_hash, in_body = pipe.execute()
+            pipe.get(self.keys.handoff_body(handoff_id))
+            in_hash, body = pipe.execute()
+        in_body = body_fields(body)
         values: list[bytes | None] = [
-            here if here is not None else there
-            for here, there in zip(in_hash, in_body, strict=True)
+            here if here is not None else in_body.get(name)
+            for here, name in zip(in_hash, names, strict=True)
         ]
         for i, name in enumerate(names):
             value = values[i]

@@ -48,22 +48,52 @@ local PENDING_ONLY = {'remind', 'escalate'}
 -- The storage layout (see store.keys): a handoff's hash keeps only short fields, so that
 -- Redis keeps it as a compact listpack (which it does while every value is at most
 -- hash-max-listpack-value bytes, 64 by default; one longer value turns the whole hash into
--- a hashtable, about twice the memory). The long ones live in the handoff's body hash
--- ({ns}:hb:<id>): the request JSON, the pending index keys and the approved arguments'
--- digest (BODY_FIELDS). Handoffs written before kept them in the hash itself: reads look
--- there first (body_get), and a write moves the field to the body (body_set), so both
--- shapes are read, decided and resumed alike.
+-- a hashtable, about twice the memory). The long ones are the handoff's body
+-- ({ns}:hb:<id>), one string (a string costs a few bytes beyond its text; a hash of them,
+-- a hashtable, about 300 more): the approved arguments' digest, the pending index keys
+-- (JSON) and the request JSON, in BODY_FIELDS order, each ended by a newline but the last
+-- (compact JSON and a digest never hold one). Handoffs written before kept them in the hash
+-- itself: reads look there first (body_get), and a write moves the field to the body
+-- (body_set), so both shapes are read, decided and resumed alike.
+local BODY_FIELDS = {'args_digest', 'indexes', 'request'}
+local NEWLINE = string.char(10)
+
 local function body_key(hkey)
   return P .. 'hb:' .. string.sub(hkey, #P + 3)
 end
 
+-- The body's fields by name (an empty one is left out), or an empty table for none.
+local function body_fields(hkey)
+  local body = redis.call('GET', body_key(hkey))
+  local fields = {}
+  if not body then return fields end
+  local from = 1
+  for i, name in ipairs(BODY_FIELDS) do
+    local upto = #body
+    if i < #BODY_FIELDS then upto = (string.find(body, NEWLINE, from, true) or (#body + 1)) - 1 end
+    if upto >= from then fields[name] = string.sub(body, from, upto) end
+    from = upto + 2
+  end
+  return fields
+end
+
+local function write_body(hkey, fields)
+  local parts = {}
+  for i, name in ipairs(BODY_FIELDS) do parts[i] = fields[name] or '' end
+  redis.call('SET', body_key(hkey), table.concat(parts, NEWLINE))
+end
+
+-- A long field: the hash's (a handoff written before the body), else the body's; false
+-- for none, as HGET answers.
 local function body_get(hkey, name)
-  return redis.call('HGET', hkey, name) or redis.call('HGET', body_key(hkey), name)
+  return redis.call('HGET', hkey, name) or body_fields(hkey)[name] or false
 end
 
 local function body_set(hkey, name, value)
   redis.call('HDEL', hkey, name)
-  redis.call('HSET', body_key(hkey), name, value)
+  local fields = body_fields(hkey)
+  fields[name] = value
+  write_body(hkey, fields)
 end
 
 -- A handoff's task policy (attempts, timeouts, backoff, timers) is one JSON object, the
@@ -275,7 +305,7 @@ local function handoff_document(hkey, id)
   if type(escalate_to) == 'string' and escalate_to ~= '' then state.escalate_to = escalate_to end
   for _, pair in ipairs(DOC_TASKS) do state[pair[1]] = task_progress(f, pair[2]) end
   local encoded = cjson.encode(state)
-  local request = f.request or redis.call('HGET', body_key(hkey), 'request')
+  local request = f.request or body_fields(hkey).request
   local parts = {open_object(request), ',', string.sub(encoded, 2, -2)}
   -- Fields stored as JSON already go in as they are.
   if f.decision and f.decision ~= '' then
@@ -326,7 +356,7 @@ local function close_pending(id, hkey, f, status, decision, actor, event, at, re
   end
   local set = {'status', status, 'decision', decision, 'decided_at', at, 'version', version}
   local outbox = {}
-  local indexes = f.indexes or redis.call('HGET', body_key(hkey), 'indexes')
+  local indexes = f.indexes or body_fields(hkey).indexes
   for _, key in ipairs(cjson.decode(indexes or '[]')) do
     redis.call('ZREM', key, id)
   end
@@ -612,9 +642,7 @@ redis.call('HSET', hkey, 'status', 'pending', 'request_type', ARGV[8],
   'deliver_state', 'queued', 'deliver_limit', t.deliver_max, 'route', ARGV[12] or '')
 POLICIES[hkey] = t
 -- The long fields go to the body (see body_key).
-local body = {'request', ARGV[3], 'indexes', ARGV[6]}
-if (ARGV[14] or '') ~= '' then table.insert(body, 'args_digest'); table.insert(body, ARGV[14]) end
-redis.call('HSET', body_key(hkey), unpack(body))
+write_body(hkey, {request = ARGV[3], indexes = ARGV[6], args_digest = ARGV[14]})
 if (ARGV[13] or '') ~= '' then redis.call('HSET', hkey, 'quorum', ARGV[13]) end
 if idem ~= '' then redis.call('SET', P .. 'idem:' .. idem, id) end
 for _, key in ipairs(cjson.decode(ARGV[6])) do redis.call('ZADD', key, 0, id) end

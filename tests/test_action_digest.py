@@ -18,6 +18,7 @@ from redis import Redis
 from store.approved_action import check_approved_action
 from store.canonical import action_digest, canonical_json
 from store.exceptions import ActionDigestMismatch, ArgumentsChanged
+from store.keys import body_fields, body_string
 from store.models import Status, TaskState
 from tests.conftest import ROOT, wait_until
 from tests.support import resume_targets
@@ -30,11 +31,13 @@ def _tamper(
 ) -> None:
     """Change the stored request's amount (and, when ``digest_too``, its stored digest)."""
     key = handoffs.store.keys.handoff_body(handoff_id)  # the long fields (store.keys)
-    stored = json.loads(redis.hget(key, "request") or b"{}")
+    body = body_fields(redis.get(key))
+    stored = json.loads(body["request"])
     stored["payload"]["action"]["args"]["amount"] = amount
-    redis.hset(key, "request", json.dumps(stored))
+    body["request"] = json.dumps(stored).encode()
     if digest_too:
-        redis.hset(key, "args_digest", action_digest("refund", {"amount": amount}))
+        body["args_digest"] = action_digest("refund", {"amount": amount}).encode()
+    redis.set(key, body_string(body))
 
 
 def test_the_digest_is_sha256_of_rfc8785_name_and_args() -> None:

@@ -155,7 +155,8 @@ def test_the_stored_request_leaves_unset_fields_out_and_keeps_the_agents_nulls(
     )
     created = store.create(request, handoff_id=new_handoff_id()).handoff
 
-    stored = json.loads(redis.hget(store.keys.handoff_body(created.id), "request"))
+    (raw,) = store.stored_fields(created.id, "request")
+    stored = json.loads(raw or b"{}")
 
     assert "requester" not in stored and "args_schema" not in stored["payload"]["action"]
     assert stored["payload"]["action"]["args"] == {"note": None}

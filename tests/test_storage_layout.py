@@ -15,6 +15,7 @@ from redis import Redis
 from store.canonical import action_digest
 from store.exceptions import ArgumentsChanged, HandoffNotFound
 from store.ids import new_handoff_id
+from store.keys import body_fields
 from store.models import HandoffRequest, Status, TaskKind, TaskState
 from store.repository import HandoffStore, StoreConfig, TaskPolicy
 from tests.conftest import WorkerProcesses, wait_until
@@ -181,7 +182,10 @@ def test_an_old_shape_handoff_is_reassigned_then_cancelled_and_purged(
     assert not _indexed(redis, store.keys.pending_by_channel(CHANNEL), handoff_id)
     # The rewritten index list moved to the body; nothing stale is left in the hash.
     assert redis.hget(store.keys.handoff(handoff_id), "indexes") is None
-    assert redis.hget(store.keys.handoff_body(handoff_id), "indexes") is not None
+    body = body_fields(redis.get(store.keys.handoff_body(handoff_id)))
+    assert "C0NEWPLACE" in body["indexes"].decode()
+    assert "request" not in body  # still in the hash: only what is rewritten moves
+    assert store.get(handoff_id).payload.action.args == {"order_id": "A-1", "amount": 30}  # type: ignore[union-attr]
 
     store.cancel(handoff_id, cancelled_by="U0ADMIN", resume=False)
     for key in (store.keys.pending, store.keys.pending_by_channel("C0NEWPLACE")):
@@ -219,9 +223,12 @@ def test_a_posted_handoff_keeps_a_listpack_hash_its_body_and_one_shared_policy(
         assert redis.object("encoding", hkey) == b"listpack"
         assert not redis.hexists(hkey, "request") and not redis.hexists(hkey, "indexes")
         assert redis.hget(hkey, "policy").startswith(b"@")  # type: ignore[union-attr]
-        body = redis.hgetall(store.keys.handoff_body(handoff_id))
-        assert set(body) == {b"request", b"indexes", b"args_digest"}
-        stored = json.loads(body[b"request"])
+        assert redis.type(store.keys.handoff_body(handoff_id)) == b"string"
+        body = body_fields(redis.get(store.keys.handoff_body(handoff_id)))
+        assert set(body) == {"request", "indexes", "args_digest"}
+        assert body["args_digest"].startswith(b"sha256:")
+        assert json.loads(body["indexes"])[0] == store.keys.pending
+        stored = json.loads(body["request"])
         assert stored["run_id"] == store.get(handoff_id).run_id
         # The trail leaves the id out; reading it puts it back.
         raw = json.loads(redis.lindex(store.keys.audit(handoff_id), 0) or b"{}")

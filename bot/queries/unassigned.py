@@ -24,6 +24,7 @@ from typing import Any
 
 from bot.keys import BotKeys
 from store.decoding import as_text
+from store.keys import body_fields
 from store.repository import HandoffStore
 
 WALK_BUDGET = 10_000
@@ -145,11 +146,11 @@ class UnassignedIndex:
                 pipe.hmget(self.store.keys.handoff(handoff_id), "status", "indexes")
                 # Handoffs keep their index list in their body; those written before the
                 # body existed, in the hash itself (see store.keys).
-                pipe.hget(self.store.keys.handoff_body(handoff_id), "indexes")
+                pipe.get(self.store.keys.handoff_body(handoff_id))
             replies = pipe.execute()
             states = [
-                (status, in_hash if in_hash is not None else in_body)
-                for (status, in_hash), in_body in zip(replies[::2], replies[1::2], strict=True)
+                (status, in_hash if in_hash is not None else body_fields(body).get("indexes"))
+                for (status, in_hash), body in zip(replies[::2], replies[1::2], strict=True)
             ]
         reviewer_index = self.store.keys.pending_by_reviewer("")
         add: list[str] = []
