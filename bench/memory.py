@@ -203,7 +203,7 @@ def key_kind(prefix: str, key: str) -> str:
         return f"index pending:{parts[1]}:*" if len(parts) > 1 else "index pending"
     if parts[0] in ("outbox", "deadlines", "retention", "failed", "wake"):
         return "outbox, deadlines, timers"
-    if parts[0] == "msg":
+    if parts[0] in ("msg", "msgs"):
         return "message links"
     if parts[0] == "idem":
         return "idempotency keys"

@@ -19,7 +19,9 @@ key                                    type    contents
                                                handoff naming it
 ``{ns}:audit:<id>``                    list    the handoff's audit events (JSON), oldest first
 ``{ns}:audit``                         stream  every audit event of the namespace (field ``e``)
-``{ns}:idem:<key>``                    string  handoff id created under an idempotency key
+``{ns}:idem``                          hash    idempotency key -> the handoff id created
+                                               under it (before 0.2: ``{ns}:idem:<key>``,
+                                               a string each, still read)
 ``{ns}:pending``                       zset    all pending ids (score 0, ordered by id = age)
 ``{ns}:pending:channel:<channel>``     zset    pending ids routed to a channel
 ``{ns}:pending:run:<run_id>``          zset    pending ids of an agent run
@@ -32,7 +34,9 @@ key                                    type    contents
 ``{ns}:failed``                        zset    ``<task>:<id>`` that used up its attempts
 ``{ns}:job:<task>:<id>``               string  id of the RQ job last dispatched for a task
                                                (expires)
-``{ns}:msg:<channel>:<ts>``            string  handoff id of a posted Slack message
+``{ns}:msgs``                          hash    ``<channel>:<ts>`` of a posted Slack
+                                               message -> its handoff id (before 0.2:
+                                               ``{ns}:msg:<channel>:<ts>``, still read)
 ``{ns}:event:<event_id>``              string  Slack event already handled (expires)
 ``{ns}:op:<operation id>``             string  what a script call did, for its resend after
                                                a lost reply (expires after 2 minutes)
@@ -137,8 +141,16 @@ class KeySpace:
         """The namespace-wide audit stream."""
         return f"{self.prefix}audit"
 
+    @functools.cached_property
+    def idempotency_ids(self) -> str:
+        """Idempotency keys -> the handoff id created under each. One hash for the
+        namespace: a key of its own for each costs about 70 bytes more per handoff."""
+        return f"{self.prefix}idem"
+
     def idempotency(self, key: str) -> str:
-        """Where the id created under an idempotency key is remembered."""
+        """Where the id created under an idempotency key was remembered before
+        ``idempotency_ids`` (still read); the HTTP API keeps the key's body digest at this
+        name and ``:body``."""
         return f"{self.prefix}idem:{key}"
 
     @functools.cached_property
@@ -195,8 +207,15 @@ class KeySpace:
         """The RQ job last dispatched for a task (``deliver``, ``resume``...) of a handoff."""
         return f"{self.prefix}job:{task}:{handoff_id}"
 
+    @functools.cached_property
+    def message_links(self) -> str:
+        """``<channel>:<ts>`` of each posted Slack message -> the handoff it shows. One hash
+        for the namespace, as ``idempotency_ids``."""
+        return f"{self.prefix}msgs"
+
     def message_link(self, channel: str, ts: str) -> str:
-        """Which handoff a posted Slack message belongs to."""
+        """Which handoff a posted Slack message belonged to, before ``message_links``
+        (still read)."""
         return f"{self.prefix}msg:{channel}:{ts}"
 
     def seen_event(self, event_id: str) -> str:

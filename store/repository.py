@@ -1058,12 +1058,23 @@ class HandoffStore:
         (``purge_decided``) finds and removes each link. No set of links is kept besides:
         it would cost about 280 bytes per posted handoff.
         """
-        self.redis.set(self.keys.message_link(channel, ts), handoff_id)
+        self.redis.hset(self.keys.message_links, f"{channel}:{ts}", handoff_id)
 
     def handoff_for_message(self, channel: str, ts: str) -> str | None:
         """The id of the handoff shown by a Slack message, if any."""
-        value = self.redis.get(self.keys.message_link(channel, ts))
-        return as_text(value) if value is not None else None
+        with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hget(self.keys.message_links, f"{channel}:{ts}")
+            pipe.get(self.keys.message_link(channel, ts))  # linked before the hash
+            values = [v for v in pipe.execute() if v is not None]
+        return as_text(values[0]) if values else None
+
+    def created_under(self, idempotency_key: str) -> str | None:
+        """The id of the handoff created under ``idempotency_key``, if one exists."""
+        with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hget(self.keys.idempotency_ids, idempotency_key)
+            pipe.get(self.keys.idempotency(idempotency_key))  # created before the hash
+            values = [v for v in pipe.execute() if v is not None]
+        return as_text(values[0]) if values else None
 
     def first_sighting(self, event_id: str, *, ttl_seconds: int = 3600) -> bool:
         """True the first time an event id is seen (within ``ttl_seconds``); Slack retries

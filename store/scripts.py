@@ -627,7 +627,8 @@ local stored_request = body_get(hkey, 'request')
 -- fresh per call). It answers what the first run did: created.
 if stored_request == ARGV[3] then return {1, id, stored[1], stored[2] or '0'} end
 if idem ~= '' then
-  local existing = redis.call('GET', P .. 'idem:' .. idem)
+  -- In the namespace's hash of keys; one created before it, under a key of its own.
+  local existing = redis.call('HGET', P .. 'idem', idem) or redis.call('GET', P .. 'idem:' .. idem)
   if existing then return {0, existing} end
 end
 if stored_request then return {0, id} end
@@ -644,7 +645,7 @@ POLICIES[hkey] = t
 -- The long fields go to the body (see body_key).
 write_body(hkey, {request = ARGV[3], indexes = ARGV[6], args_digest = ARGV[14]})
 if (ARGV[13] or '') ~= '' then redis.call('HSET', hkey, 'quorum', ARGV[13]) end
-if idem ~= '' then redis.call('SET', P .. 'idem:' .. idem, id) end
+if idem ~= '' then redis.call('HSET', P .. 'idem', idem, id) end
 for _, key in ipairs(cjson.decode(ARGV[6])) do redis.call('ZADD', key, 0, id) end
 if expires_at > 0 then redis.call('ZADD', P .. 'deadlines', expires_at, id) end
 redis.call('ZADD', P .. 'outbox', now, 'deliver:' .. id)
@@ -1024,7 +1025,12 @@ for _, id in ipairs(due) do
     else
       redis.call('DEL', P .. 'audit:' .. id)
     end
-    if f[2] and f[2] ~= '' then redis.call('DEL', P .. 'idem:' .. f[2]) end
+    local idem = f[2]
+    if idem and idem ~= '' then
+      if redis.call('HGET', P .. 'idem', idem) == id then redis.call('HDEL', P .. 'idem', idem) end
+      local old = P .. 'idem:' .. idem
+      if redis.call('GET', old) == id then redis.call('DEL', old) end
+    end
     -- Every message link goes with it: those of the message refs (the message, escalation
     -- copies, messages moved from). Only links that still name this handoff go.
     local links = {}
@@ -1036,12 +1042,15 @@ for _, id in ipairs(due) do
       end
       for _, m in ipairs(shown) do
         if type(m) == 'table' and type(m.channel) == 'string' and type(m.ts) == 'string' then
-          table.insert(links, P .. 'msg:' .. m.channel .. ':' .. m.ts)
+          table.insert(links, m.channel .. ':' .. m.ts)
         end
       end
     end
+    -- In the namespace's hash of links; one linked before it, under a key of its own.
     for _, link in ipairs(links) do
-      if redis.call('GET', link) == id then redis.call('DEL', link) end
+      if redis.call('HGET', P .. 'msgs', link) == id then redis.call('HDEL', P .. 'msgs', link) end
+      local old = P .. 'msg:' .. link
+      if redis.call('GET', old) == id then redis.call('DEL', old) end
     end
     redis.call('ZREM', KEYS[1], id)
     for _, k in ipairs({'deliver', 'resume', 'notify', 'remind', 'escalate'}) do

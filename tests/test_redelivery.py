@@ -129,7 +129,7 @@ def test_an_undeliverable_handoff_is_redelivered_as_a_new_pending_handoff_of_the
     [created] = store.audit_trail(new.id)
     assert (created.event, created.actor) == ("created", ADMIN)
     # The agent's own idempotency key still names the old handoff.
-    assert redis.get(store.keys.idempotency("agent-key-1")) == old_id.encode()
+    assert store.created_under("agent-key-1") == old_id
 
 
 def test_redelivering_a_handoff_twice_gives_one_new_handoff(

@@ -1220,7 +1220,7 @@ def test_purge_removes_decided_handoffs_only_once_their_resume_is_done(
         assert not redis.exists(store.keys.handoff_body(gone.id))
         assert redis.zscore(store.keys.retention, gone.id) is None
         assert f"deliver:{gone.id}" not in outbox(redis, store)
-    assert not redis.exists(store.keys.idempotency("k-no-resume"))
+    assert store.created_under("k-no-resume") is None
     assert store.get(resume_queued.id).resume.state is TaskState.QUEUED
     assert store.get(resume_failed.id).resume.state is TaskState.FAILED
     assert store.get(pending.id).is_pending
@@ -1268,11 +1268,12 @@ def _run_like_a_job(
 
 
 def _link_keys(redis: Redis, store: HandoffStore) -> dict[str, str]:
-    """Every message link of the namespace (key -> handoff id)."""
-    return {
-        key.decode(): redis.get(key).decode()
-        for key in redis.scan_iter(match=store.keys.prefix + "msg:*")
-    }
+    """Every message link of the namespace (``<channel>:<ts>`` -> handoff id): in its hash,
+    and under keys of their own as links were kept before it."""
+    links = {k.decode(): v.decode() for k, v in redis.hgetall(store.keys.message_links).items()}
+    for key in redis.scan_iter(match=store.keys.prefix + "msg:*"):
+        links[key.decode().removeprefix(store.keys.prefix + "msg:")] = redis.get(key).decode()
+    return links
 
 
 def test_purge_removes_every_message_link_of_a_handoff(
@@ -1307,9 +1308,7 @@ def test_purge_removes_every_message_link_of_a_handoff(
     for channel, ts in [("C01", "1.1"), ("C02", "2.2"), ("C0ONCALL", "3.3")]:
         assert store.handoff_for_message(channel, ts) is None
     # Nothing of the purged handoff is left; the pending one keeps its link.
-    assert _link_keys(redis, store) == {
-        store.keys.message_link("C01", "4.4"): kept.id,
-    }
+    assert _link_keys(redis, store) == {"C01:4.4": kept.id}
     before = snapshot(redis)
     assert store.purge_decided() == 0  # idempotent: a second sweep finds nothing to do
     assert snapshot(redis) == before
@@ -1337,7 +1336,7 @@ def test_purge_removes_the_links_its_message_refs_name_and_no_other(
 
     assert store.purge_decided() == 1
 
-    assert _link_keys(redis, store) == {store.keys.message_link("C9", "9.9"): "ho_someone_else"}
+    assert _link_keys(redis, store) == {"C9:9.9": "ho_someone_else"}
 
 
 # -- audit ----------------------------------------------------------------------------

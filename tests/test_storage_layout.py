@@ -234,6 +234,16 @@ def test_a_posted_handoff_keeps_a_listpack_hash_its_body_and_one_shared_policy(
         raw = json.loads(redis.lindex(store.keys.audit(handoff_id), 0) or b"{}")
         assert "handoff_id" not in raw
         assert store.audit_trail(handoff_id)[0].handoff_id == handoff_id
+    # Idempotency keys and message links are fields of one hash each, not keys of their own.
+    assert redis.hgetall(store.keys.idempotency_ids) == {
+        f"run-new-{n}-refund".encode(): handoff_id.encode() for n, handoff_id in enumerate(ids)
+    }
+    assert redis.hgetall(store.keys.message_links) == {
+        f"{CHANNEL}:1760000000.00020{n}".encode(): handoff_id.encode()
+        for n, handoff_id in enumerate(ids)
+    }
+    assert not list(redis.scan_iter(match=store.keys.prefix + "idem:*"))
+    assert not list(redis.scan_iter(match=store.keys.prefix + "msg:*"))
     # One policy for both, stored once, as the scripts read it.
     assert redis.hlen(store.keys.policies) == 1
     (policy,) = store.stored_fields(ids[0], "policy")

@@ -312,9 +312,7 @@ def build_app(store: HandoffStore, config: ApiConfig) -> FastAPI:
         try:
             # Only a replay of a create that happened is not counted: one whose first
             # request is still under way (or failed, and released the key) counts.
-            replay = bool(
-                claimed is False and scoped and store.redis.exists(store.keys.idempotency(scoped))
-            )
+            replay = bool(claimed is False and scoped and store.created_under(scoped) is not None)
             if not replay:
                 wait = keys.take_create(key, default_per_minute=config.creates_per_minute)
                 if wait is not None:
@@ -659,7 +657,7 @@ def _claim_idempotency(store: HandoffStore, scoped_key: str, body: CreateHandoff
 def _release_idempotency(store: HandoffStore, scoped_key: str) -> None:
     """Forget a body digest claimed by a create that then failed, unless the store did
     create a handoff under the key after all (another request's)."""
-    if not store.redis.exists(store.keys.idempotency(scoped_key)):
+    if store.created_under(scoped_key) is None:
         store.redis.delete(store.keys.idempotency(scoped_key) + ":body")
 
 

@@ -28,7 +28,7 @@ from bot.api.auth import Key
 from bot.api.problems import ApiProblem
 from bot.api.schemas import CreateHandoff
 from store.api_keys import ApiKey
-from store.decoding import as_text, json_value_problem, well_formed
+from store.decoding import json_value_problem, well_formed
 from store.models import Handoff, ProposedAction, RequestType, Status
 from store.repository import Created, HandoffStore
 
@@ -142,8 +142,8 @@ def install_humanlayer(
 
     def find(key: ApiKey, kind: str, call_id: str) -> Handoff:
         scoped = f"{key.name}/{kind}:{call_id}"
-        handoff_id = store.redis.get(store.keys.idempotency(scoped))
-        handoff = visible(as_text(handoff_id), key) if handoff_id is not None else None
+        handoff_id = store.created_under(scoped)
+        handoff = visible(handoff_id, key) if handoff_id is not None else None
         # A handoff made over /v1 with a look-alike idempotency key is not a HumanLayer call.
         if handoff is None or not _is_call(handoff, kind):
             raise ApiProblem(404, f"no {kind.replace('-', ' ')} with call_id {call_id!r}")
