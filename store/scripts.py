@@ -838,8 +838,10 @@ local member = k .. ':' .. id
 local attempt = tonumber(ARGV[4])
 note_unanswered(hkey, k, ARGV[10], now)
 if ARGV[5] == '1' then
-  redis.call('HSET', hkey, k .. '_state', 'completed', k .. '_done_at', now, k .. '_lease', 0,
-             k .. '_deferred', 0, k .. '_failures', 0)
+  redis.call('HSET', hkey, k .. '_state', 'completed', k .. '_done_at', now)
+  -- What only a running or retried attempt needs goes (a missing one reads as 0, or as no
+  -- token): a few fields less in every waiting handoff's hash. '_dirty' goes below.
+  redis.call('HDEL', hkey, k .. '_lease', k .. '_token', k .. '_deferred', k .. '_failures')
   -- Done: whatever it posted is known now.
   forget_unanswered(hkey, k)
   for field, value in pairs(cjson.decode(ARGV[7])) do
@@ -855,6 +857,7 @@ if ARGV[5] == '1' then
   if redis.call('HGET', hkey, k .. '_dirty') == '1' then
     queue_task(hkey, id, k, now)
   end
+  redis.call('HDEL', hkey, k .. '_dirty')
   if k == 'remind' then
     local done = redis.call('HINCRBY', hkey, 'remind_done', 1)
     local every = tonumber(policy(hkey).remind_after_ms or 0)
