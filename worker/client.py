@@ -388,8 +388,17 @@ class Handoffs:
     # -- reading and waiting ------------------------------------------------------------
 
     def get(self, handoff_id: str) -> Handoff:
-        """The handoff as stored now; raises ``HandoffNotFound``."""
-        return self.store.get(handoff_id)
+        """The handoff as stored now; raises ``HandoffNotFound``.
+
+        With replica acks, a decided handoff is returned once that many replicas have its
+        decision, else ``ReplicasNotConfirmed`` (try again): a decision they lack may be
+        undone by a failover (its reviewer was told to try again), and a run that polls
+        with ``get`` must not act on it, as one that waits does not.
+        """
+        handoff = self.store.get(handoff_id)
+        if not handoff.is_pending:
+            self.store.confirm_replicated(handoff_id)
+        return handoff
 
     def wait(self, handoff_id: str, timeout: float | None = None) -> Handoff:
         """Block until the handoff is decided (or expired/cancelled) and return it.

@@ -75,6 +75,9 @@ def test_a_waiting_agent_is_not_given_a_decision_the_replicas_lack(
     waiter.join(timeout=5)
     # The agent saw the decision but waits for the replicas to have it.
     assert refused and "not confirmed" in refused[0], (seen, refused)
+    # An agent that polls is told to try again, not given the decision.
+    with pytest.raises(ReplicasNotConfirmed):
+        agent.get(created.id)
 
     promoted = _fail_over(master, replica)
     after = Handoffs(promoted).get(created.id)
