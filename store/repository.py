@@ -7,6 +7,7 @@ import functools
 import json
 import logging
 import os
+import re
 import secrets
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
@@ -68,6 +69,10 @@ _SYSTEM_ACTOR = "system"
 READ_BATCH = 100
 """Most handoffs read by one script call: a script holds the server for its whole run
 (about 20 µs per handoff), so long lists are read in several calls."""
+
+_LEGACY_IDEM_NOT_AN_ID = re.compile(r"[0-9a-f]{64}")
+"""A value at ``KeySpace.idempotency(key)`` that is the HTTP API's body digest of another key
+(``bot.api.app._claim_idempotency``), not a handoff id (see ``created_under``)."""
 
 AUDIT_READ_BATCH = 1000
 """Audit stream entries read per round trip (``HandoffStore.audit_pages``)."""
@@ -1073,8 +1078,14 @@ class HandoffStore:
         with self.redis.pipeline(transaction=False) as pipe:
             pipe.hget(self.keys.idempotency_ids, idempotency_key)
             pipe.get(self.keys.idempotency(idempotency_key))  # created before the hash
-            values = [v for v in pipe.execute() if v is not None]
-        return as_text(values[0]) if values else None
+            in_hash, before = pipe.execute()
+        if in_hash is not None:
+            return as_text(in_hash)
+        # The HTTP API keeps a key's body digest (64 hex digits, never a handoff id) at
+        # ``idempotency(key) + ":body"``: what the key ``<key>:body`` finds there names none.
+        if before is None or _LEGACY_IDEM_NOT_AN_ID.fullmatch(as_text(before)):
+            return None
+        return as_text(before)
 
     def first_sighting(self, event_id: str, *, ttl_seconds: int = 3600) -> bool:
         """True the first time an event id is seen (within ``ttl_seconds``); Slack retries

@@ -627,8 +627,16 @@ local stored_request = body_get(hkey, 'request')
 -- fresh per call). It answers what the first run did: created.
 if stored_request == ARGV[3] then return {1, id, stored[1], stored[2] or '0'} end
 if idem ~= '' then
-  -- In the namespace's hash of keys; one created before it, under a key of its own.
-  local existing = redis.call('HGET', P .. 'idem', idem) or redis.call('GET', P .. 'idem:' .. idem)
+  -- In the namespace's hash of keys; one created before it, under a key of its own. The
+  -- HTTP API keeps a key's body digest (64 hex digits, never a handoff id) at
+  -- '{ns}:idem:<key>:body': what key '<key>:body' finds there names no handoff.
+  local existing = redis.call('HGET', P .. 'idem', idem)
+  if not existing then
+    existing = redis.call('GET', P .. 'idem:' .. idem)
+    if existing and #existing == 64 and not string.find(existing, '[^0-9a-f]') then
+      existing = false
+    end
+  end
   if existing then return {0, existing} end
 end
 if stored_request then return {0, id} end

@@ -329,3 +329,20 @@ def test_a_trail_the_stream_still_points_at_outlives_an_early_purge(
     left = list(store.audit_entries())
     assert [e.raw for e in left[:3]] == [b"", b"", b""]  # skipped by every reader
     assert [e.event for e in store.global_audit()] == ["cancelled"]
+
+
+def test_a_key_ending_in_body_is_not_taken_for_the_api_record_of_another_key(
+    redis: Redis, handoffs: Handoffs
+) -> None:
+    """The HTTP API keeps the body digest of its key ``K`` at ``{ns}:idem:K:body``, where the
+    keys written before ``{ns}:idem`` became a hash were: the key ``K:body`` must not read
+    that digest as the id of a handoff created under it."""
+    store = handoffs.store
+    redis.set(store.keys.idempotency("agent/K") + ":body", "ab" * 32)
+    assert store.created_under("agent/K:body") is None
+    request = _request("run-body-key").model_copy(update={"idempotency_key": "agent/K:body"})
+    made = store.create(request, handoff_id=new_handoff_id())
+    assert made.created and store.get(made.handoff.id).run_id == "run-body-key"
+    assert store.created_under("agent/K:body") == made.handoff.id
+    again = store.create(request, handoff_id=new_handoff_id())
+    assert not again.created and again.handoff.id == made.handoff.id
