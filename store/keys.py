@@ -18,7 +18,9 @@ key                                    type    contents
                                                timeouts, timers), stored once for every
                                                handoff naming it
 ``{ns}:audit:<id>``                    list    the handoff's audit events (JSON), oldest first
-``{ns}:audit``                         stream  every audit event of the namespace (field ``e``)
+``{ns}:audit``                         stream  every audit event of the namespace (field
+                                               ``e``), or, while its handoff is pending,
+                                               where it is in the trail (``p``, ``i``)
 ``{ns}:idem``                          hash    idempotency key -> the handoff id created
                                                under it (before 0.2: ``{ns}:idem:<key>``,
                                                a string each, still read)

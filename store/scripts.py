@@ -1030,7 +1030,8 @@ for _, id in ipairs(due) do
     redis.call('DEL', hkey, body_key(hkey))
     -- The stream's pointers into the trail (events of the pending handoff, see audit) are
     -- trimmed retention after the decision at the latest: the trail stays until then.
-    local trail_until = tonumber(f[4] or 0) + retention
+    -- (With the sweep's own period to spare: the trim runs at the end of a sweep.)
+    local trail_until = tonumber(f[4] or 0) + retention + tonumber(ARGV[4])
     if trail_until > now then
       redis.call('PEXPIREAT', P .. 'audit:' .. id, trail_until)
     else
