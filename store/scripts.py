@@ -1029,13 +1029,14 @@ for _, id in ipairs(due) do
     end
     redis.call('DEL', hkey, body_key(hkey))
     -- The stream's pointers into the trail (events of the pending handoff, see audit) are
-    -- trimmed retention after the decision at the latest: the trail stays until then.
-    -- (With the sweep's own period to spare: the trim runs at the end of a sweep.)
-    local trail_until = tonumber(f[4] or 0) + retention + tonumber(ARGV[4])
-    if trail_until > now then
-      redis.call('PEXPIREAT', P .. 'audit:' .. id, trail_until)
-    else
+    -- no later than the decision. Past retention after it, the trim at the end of this very
+    -- script removes them all: the trail goes now. A handoff purged sooner (its retention
+    -- entry due early) keeps its trail until the sweep after the pointers' trim.
+    local decided_at = tonumber(f[4] or 0)
+    if decided_at + retention < now then
       redis.call('DEL', P .. 'audit:' .. id)
+    else
+      redis.call('PEXPIREAT', P .. 'audit:' .. id, decided_at + retention + tonumber(ARGV[4]))
     end
     local idem = f[2]
     if idem and idem ~= '' then
