@@ -376,15 +376,21 @@ def build_app(store: HandoffStore, config: ApiConfig) -> FastAPI:
         hub: DecisionHub = request.app.state.hub
         reads: AsyncReads = request.app.state.reads
 
-        async def read() -> Handoff:
-            handoff = await reads.get(handoff_id)
+        live = True  # the key not revoked, as read with the handoff in a wait
+
+        async def read(*, with_key: bool = False) -> Handoff:
+            nonlocal live
+            if with_key:
+                handoff, live = await reads.get_with_key(handoff_id, key.name)
+            else:
+                handoff = await reads.get(handoff_id)
             if not _visible(handoff, key):
                 raise HandoffNotFound(handoff_id)
             return handoff
 
         event = hub.register(handoff_id) if wait else None
         try:
-            handoff = await read()
+            handoff = await read(with_key=event is not None)
             if event is not None:
                 deadline = anyio.current_time() + wait
                 while handoff.is_pending:
@@ -394,8 +400,10 @@ def build_app(store: HandoffStore, config: ApiConfig) -> FastAPI:
                     with anyio.move_on_after(remaining):
                         await event.wait()
                     event.clear()
-                    handoff = await read()
-                if key.expired() or not await reads.key_is_live(key.name):
+                    handoff = await read(with_key=True)
+                if handoff.is_pending:  # the time is up: the key as it is now
+                    live = await reads.key_is_live(key.name)
+                if key.expired() or not live:
                     # Revoked (or expired) while it waited: "takes effect at once".
                     raise dead_key()
             if not handoff.is_pending:

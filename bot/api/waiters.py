@@ -149,3 +149,17 @@ class AsyncReads:
         keys = self._store.keys
         document = await self._read(keys=[keys.handoff(handoff_id)], args=[keys.prefix, handoff_id])
         return self._store.from_document(handoff_id, document)
+
+    async def get_with_key(self, handoff_id: str, key_name: str) -> tuple[Handoff, bool]:
+        """The handoff as stored (``HandoffNotFound`` for none) and whether the key named
+        ``key_name`` is live (``key_is_live``), in one round trip: what a woken wait reads
+        before it answers, the decision's latency to the agent."""
+        keys = self._store.keys
+        async with self._redis.pipeline(transaction=False) as pipe:
+            await self._read(
+                keys=[keys.handoff(handoff_id)], args=[keys.prefix, handoff_id], client=pipe
+            )
+            pipe.hget(keys.api_key_names, key_name)
+            document, hashed = await pipe.execute()
+        live = hashed is not None and as_text(hashed) != REVOKED
+        return self._store.from_document(handoff_id, document), live
