@@ -12,7 +12,8 @@ key                                    type    contents
                                                delivery and resume progress, message refs,
                                                its policy's name (kept a listpack: below)
 ``{ns}:hb:<id>``                       string  the handoff's body: an approval's args
-                                               digest, its pending index keys (JSON) and
+                                               digest, its pending index keys (JSON, each
+                                               without ``{ns}:pending``) and
                                                the request JSON, a line each (``BODY_FIELDS``)
 ``{ns}:policies``                      hash    SHA-1 -> a task policy's JSON (attempts,
                                                timeouts, timers), stored once for every
@@ -80,6 +81,7 @@ is gone.
 from __future__ import annotations
 
 import functools
+import json
 from dataclasses import dataclass
 
 from store import defaults
@@ -159,6 +161,11 @@ class KeySpace:
     def pending(self) -> str:
         """All pending handoffs."""
         return f"{self.prefix}pending"
+
+    def stored_index_keys(self, stored: bytes | str) -> list[str]:
+        """A handoff's pending index keys from its body's ``indexes``: each stored without
+        the ``pending`` prefix they share (one written before is a whole key)."""
+        return [key if key.startswith("{") else self.pending + key for key in json.loads(stored)]
 
     def pending_by_channel(self, channel: str) -> str:
         """Pending handoffs routed to ``channel``."""

@@ -96,6 +96,28 @@ local function body_set(hkey, name, value)
   write_body(hkey, fields)
 end
 
+-- A handoff's pending index keys all start with '{ns}:pending': the body keeps each without
+-- it (a key written before starts with '{' and is kept whole). From the callers' JSON list
+-- of keys to the stored one, and back to keys.
+local function stored_indexes(keys_json)
+  local short = {}
+  local prefix = P .. 'pending'
+  for i, key in ipairs(cjson.decode(keys_json)) do
+    if string.sub(key, 1, #prefix) == prefix then key = string.sub(key, #prefix + 1) end
+    short[i] = key
+  end
+  if #short == 0 then return '[]' end
+  return cjson.encode(short)
+end
+
+local function index_keys(stored)
+  local keys = {}
+  for i, key in ipairs(cjson.decode(stored or '[]')) do
+    if string.sub(key, 1, 1) == '{' then keys[i] = key else keys[i] = P .. 'pending' .. key end
+  end
+  return keys
+end
+
 -- A handoff's task policy (attempts, timeouts, backoff, timers) is one JSON object, the
 -- same for most handoffs of a deployment: it is kept once, in {ns}:policies (SHA-1 of the
 -- JSON -> the JSON), and the hash's 'policy' field names it ('@' and the SHA-1). Handoffs
@@ -357,7 +379,7 @@ local function close_pending(id, hkey, f, status, decision, actor, event, at, re
   local set = {'status', status, 'decision', decision, 'decided_at', at, 'version', version}
   local outbox = {}
   local indexes = f.indexes or body_fields(hkey).indexes
-  for _, key in ipairs(cjson.decode(indexes or '[]')) do
+  for _, key in ipairs(index_keys(indexes)) do
     redis.call('ZREM', key, id)
   end
   redis.call('ZREM', P .. 'deadlines', id)
@@ -651,7 +673,7 @@ redis.call('HSET', hkey, 'status', 'pending', 'request_type', ARGV[8],
   'deliver_state', 'queued', 'deliver_limit', t.deliver_max, 'route', ARGV[12] or '')
 POLICIES[hkey] = t
 -- The long fields go to the body (see body_key).
-write_body(hkey, {request = ARGV[3], indexes = ARGV[6], args_digest = ARGV[14]})
+write_body(hkey, {request = ARGV[3], indexes = stored_indexes(ARGV[6]), args_digest = ARGV[14]})
 if (ARGV[13] or '') ~= '' then redis.call('HSET', hkey, 'quorum', ARGV[13]) end
 if idem ~= '' then redis.call('HSET', P .. 'idem', idem, id) end
 for _, key in ipairs(cjson.decode(ARGV[6])) do redis.call('ZADD', key, 0, id) end
@@ -1122,11 +1144,11 @@ if redis.call('EXISTS', hkey) == 0 then return {'missing'} end
 local h = redis.call('HMGET', hkey, 'status', 'decision', 'decided_at')
 if h[1] ~= 'pending' then return {'already', h[1], h[2] or '', h[3] or ''} end
 local now = now_ms()
-for _, key in ipairs(cjson.decode(body_get(hkey, 'indexes') or '[]')) do
+for _, key in ipairs(index_keys(body_get(hkey, 'indexes'))) do
   redis.call('ZREM', key, id)
 end
 for _, key in ipairs(cjson.decode(ARGV[6])) do redis.call('ZADD', key, 0, id) end
-body_set(hkey, 'indexes', ARGV[6])
+body_set(hkey, 'indexes', stored_indexes(ARGV[6]))
 if ARGV[4] ~= '' then redis.call('HSET', hkey, 'channel_override', ARGV[4]) end
 if ARGV[5] ~= '' then redis.call('HSET', hkey, 'reviewers_override', ARGV[5]) end
 redis.call('HINCRBY', hkey, 'version', 1)

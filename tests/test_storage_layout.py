@@ -227,7 +227,12 @@ def test_a_posted_handoff_keeps_a_listpack_hash_its_body_and_one_shared_policy(
         body = body_fields(redis.get(store.keys.handoff_body(handoff_id)))
         assert set(body) == {"request", "indexes", "args_digest"}
         assert body["args_digest"].startswith(b"sha256:")
-        assert json.loads(body["indexes"])[0] == store.keys.pending
+        # Index keys without the prefix they share; read back whole.
+        assert json.loads(body["indexes"])[:2] == ["", f":run:run-new-{ids.index(handoff_id)}"]
+        assert store.keys.stored_index_keys(body["indexes"])[:2] == [
+            store.keys.pending,
+            store.keys.pending_by_run(f"run-new-{ids.index(handoff_id)}"),
+        ]
         stored = json.loads(body["request"])
         assert stored["run_id"] == store.get(handoff_id).run_id
         # The trail leaves the id out; reading it puts it back.

@@ -159,7 +159,10 @@ class UnassignedIndex:
             unassigned = (
                 status == b"pending"
                 and indexes is not None
-                and not any(key.startswith(reviewer_index) for key in json.loads(indexes))
+                and not any(
+                    key.startswith(reviewer_index)
+                    for key in self.store.keys.stored_index_keys(indexes)
+                )
             )
             (add if unassigned else drop).append(handoff_id)
         pipe = self.store.redis.pipeline(transaction=False)
