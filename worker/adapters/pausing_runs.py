@@ -45,6 +45,7 @@ from worker.client import Handoffs, RequestOptions, reject_unknown_options
 MAX_KEY_ID_LENGTH = 120
 """Longest framework id put into an idempotency key as is; longer ones are digested."""
 
+
 class RunResume(AdapterMetadata):
     """What every adapter of this module keeps in each handoff's metadata for the worker:
     the run, the pause it belongs to, and how to create the run's next handoffs. Each
