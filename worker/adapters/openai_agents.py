@@ -66,6 +66,7 @@ from worker.adapters.pauses import (
     stable_id,
 )
 from worker.adapters.pausing_runs import (
+    QUESTION_TOOL_DESCRIPTION,
     AgentRunAdapter,
     RunOutcome,
     RunResume,
@@ -217,10 +218,7 @@ def approval_tool(
 def ask_human_tool(
     *,
     name: str = QUESTION_TOOL_NAME,
-    description: str = (
-        "Ask a person a clarifying question when you cannot continue without their answer "
-        "(a missing fact, a choice only they can make). Returns their answer."
-    ),
+    description: str = QUESTION_TOOL_DESCRIPTION,
 ) -> FunctionTool:
     """A tool the model calls to ask a person; under the adapter each call becomes a
     question handoff and the person's answer is the tool's result."""

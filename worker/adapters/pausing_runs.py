@@ -45,6 +45,12 @@ from worker.client import Handoffs, RequestOptions, reject_unknown_options
 MAX_KEY_ID_LENGTH = 120
 """Longest framework id put into an idempotency key as is; longer ones are digested."""
 
+QUESTION_TOOL_DESCRIPTION = (
+    "Ask a person a clarifying question when you cannot continue without their answer "
+    "(a missing fact, a choice only they can make). Returns their answer."
+)
+"""What the model reads of each adapter's ``ask_human_tool`` unless told otherwise."""
+
 
 class RunResume(AdapterMetadata):
     """What every adapter of this module keeps in each handoff's metadata for the worker:
@@ -280,6 +286,7 @@ def key_id(framework_id: str, prefix: str) -> str:
 
 
 __all__ = [
+    "QUESTION_TOOL_DESCRIPTION",
     "AgentRunAdapter",
     "PausingRunAdapter",
     "RunOutcome",

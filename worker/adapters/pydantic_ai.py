@@ -101,6 +101,7 @@ from worker.adapters.pauses import (
     stable_id,
 )
 from worker.adapters.pausing_runs import (
+    QUESTION_TOOL_DESCRIPTION,
     AgentRunAdapter,
     RunOutcome,
     RunResume,
@@ -119,11 +120,6 @@ METADATA_KEY = "pydantic_ai"
 
 QUESTION_TOOL_NAME = "ask_human"
 """Default name of the tool made by ``ask_human_tool``."""
-
-_QUESTION_DESCRIPTION = (
-    "Ask a person a clarifying question when you cannot continue without their answer "
-    "(a missing fact, a choice only they can make). Returns their answer."
-)
 
 
 class CallKind(StrEnum):
@@ -242,7 +238,7 @@ class _HandoffCapability(AbstractCapability[Any]):
 
 
 def ask_human_tool(
-    *, name: str = QUESTION_TOOL_NAME, description: str = _QUESTION_DESCRIPTION
+    *, name: str = QUESTION_TOOL_NAME, description: str = QUESTION_TOOL_DESCRIPTION
 ) -> Tool[Any]:
     """A tool the model calls to ask a person. Each call is deferred as a question
     (``CallDeferred(kind="question")``); under the adapter it becomes a question handoff

@@ -63,6 +63,7 @@ from worker.adapters.pauses import (
     stable_id,
 )
 from worker.adapters.pausing_runs import (
+    QUESTION_TOOL_DESCRIPTION,
     AgentRunAdapter,
     RunOutcome,
     RunResume,
@@ -114,10 +115,7 @@ class _QuestionInput(BaseModel):
 def ask_human_tool(
     *,
     name: str = QUESTION_TOOL_NAME,
-    description: str = (
-        "Ask a person a clarifying question when you cannot continue without their answer "
-        "(a missing fact, a choice only they can make). Returns their answer."
-    ),
+    description: str = QUESTION_TOOL_DESCRIPTION,
 ) -> FunctionTool:
     """A declaration-only tool the model calls to ask a person: Agent Framework stops the
     run for its result, the adapter hands each call to a person as a question, and the
