@@ -57,6 +57,7 @@ from agents.tool_context import ToolContext
 from redis import Redis
 
 from store.models import Handoff, Status
+from worker.adapters import pausing_runs
 from worker.adapters.pauses import (
     PauseKeys,
     PauseState,
@@ -64,14 +65,6 @@ from worker.adapters.pauses import (
     edited_args,
     refusal_message,
     stable_id,
-)
-from worker.adapters.pausing_runs import (
-    QUESTION_TOOL_DESCRIPTION,
-    AgentRunAdapter,
-    RunOutcome,
-    RunResume,
-    key_id,
-    resume_in_worker,
 )
 from worker.client import Handoffs
 
@@ -110,7 +103,7 @@ class ToolKind(StrEnum):
     QUESTION = "question"  # ask_human_tool: the answer is the result
 
 
-class OpenAIAgentsResume(RunResume):
+class OpenAIAgentsResume(pausing_runs.RunResume):
     """What a worker needs to continue the run, kept in ``metadata["openai_agents"]``."""
 
     METADATA_KEY: ClassVar[str] = METADATA_KEY
@@ -121,7 +114,7 @@ class OpenAIAgentsResume(RunResume):
 
 
 @dataclass(frozen=True)
-class AgentOutcome(RunOutcome):
+class AgentOutcome(pausing_runs.RunOutcome):
     """Where a run stands after the adapter ran it."""
 
     final_output: Any = None
@@ -218,7 +211,7 @@ def approval_tool(
 def ask_human_tool(
     *,
     name: str = QUESTION_TOOL_NAME,
-    description: str = QUESTION_TOOL_DESCRIPTION,
+    description: str = pausing_runs.QUESTION_TOOL_DESCRIPTION,
 ) -> FunctionTool:
     """A tool the model calls to ask a person; under the adapter each call becomes a
     question handoff and the person's answer is the tool's result."""
@@ -246,7 +239,7 @@ def ask_human_tool(
 # -- the adapter ------------------------------------------------------------------------
 
 
-class OpenAIAgentsHandoffs(AgentRunAdapter[OpenAIAgentsResume]):
+class OpenAIAgentsHandoffs(pausing_runs.AgentRunAdapter[OpenAIAgentsResume]):
     """Run an OpenAI Agents SDK agent with its tool approvals handed to people.
 
     ``agent`` names a zero-argument function returning the ``Agent`` (called once per
@@ -322,9 +315,7 @@ class OpenAIAgentsHandoffs(AgentRunAdapter[OpenAIAgentsResume]):
             # A previous attempt ran the agent and recorded what came next, then died.
             logger.info("run already continued; finishing its hand-off", extra=context)
             return await self._redo_settle(ready, resume.run_id)
-        raw_state = self.handoffs.redis.get(self._stop_key(ready.pause_id))
-        if raw_state is None:
-            raise LookupError(f"the run state of pause {ready.pause_id} is gone (purged?)")
+        raw_state = self._stored_stop(ready.pause_id, "run state")
         agent = self.agent
         state = await RunState.from_json(agent, json.loads(raw_state))
         scope = self._scope(resume.run_id)
@@ -390,9 +381,7 @@ class OpenAIAgentsHandoffs(AgentRunAdapter[OpenAIAgentsResume]):
     async def _redo_settle(self, ready: ReadyPause, run_id: str) -> AgentOutcome:
         next_pause = ready.fields.get("next")
         if next_pause:
-            raw = self.handoffs.redis.get(self._stop_key(next_pause))
-            if raw is None:
-                raise LookupError(f"the run state of pause {next_pause} is gone (purged?)")
+            raw = self._stored_stop(next_pause, "run state")
             state = await RunState.from_json(self.agent, json.loads(raw))
             handoffs = self._hand_off(next_pause, state.get_interruptions(), run_id)
             return AgentOutcome("paused", handoffs)
@@ -421,7 +410,7 @@ class OpenAIAgentsHandoffs(AgentRunAdapter[OpenAIAgentsResume]):
                 resume,
                 context=f"Agent {item.agent.name!r} (run {run_id}) wants to call {name}.",
                 position=position,
-                key=key_id(call_id, "call"),
+                key=pausing_runs.key_id(call_id, "call"),
             )
             if kind is ToolKind.QUESTION:
                 choices = args.get("choices")
@@ -471,7 +460,9 @@ async def resume_run(
     stop is decided. ``handoffs`` defaults to a client configured from the environment on
     the handoff's namespace (tests pass their own).
     """
-    await resume_in_worker(OpenAIAgentsHandoffs, handoff, attempt=attempt, handoffs=handoffs)
+    await pausing_runs.resume_in_worker(
+        OpenAIAgentsHandoffs, handoff, attempt=attempt, handoffs=handoffs
+    )
 
 
 # -- helpers ----------------------------------------------------------------------------

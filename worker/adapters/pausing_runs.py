@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, Literal, Self, TypeVar, Unpack
 
@@ -53,9 +54,9 @@ QUESTION_TOOL_DESCRIPTION = (
 
 
 class RunResume(AdapterMetadata):
-    """What every adapter of this module keeps in each handoff's metadata for the worker:
-    the run, the pause it belongs to, and how to create the run's next handoffs. Each
-    adapter subclasses it with what its framework needs."""
+    """What every adapter built on this module keeps in each handoff's metadata for the
+    worker: the run, the pause it belongs to, and how to create the run's next handoffs.
+    Each adapter subclasses it with what its framework needs."""
 
     run_id: str
     namespace: str
@@ -126,12 +127,18 @@ class PausingRunAdapter(ABC, Generic[ResumeT]):
         self.defaults = resume.defaults
         return self
 
-    def _claim(self, handoff: Handoff, resume: RunResume, **read: Any) -> ReadyPause | None:
-        """The handoff's pause if it is all decided and this handoff resumes it, flagged
-        started: each adapter hands the decisions to its framework right after. ``read``:
-        the ``also_read`` of ``Pauses.claim_if_ready``."""
+    def _claim(
+        self,
+        handoff: Handoff,
+        resume: RunResume,
+        *,
+        also_read: Callable[[list[str]], dict[str, list[str]]] | None = None,
+    ) -> ReadyPause | None:
+        """The handoff's pause if it is all decided and this handoff resumes it (see
+        ``Pauses.claim_if_ready``), flagged started: the adapter hands the decisions to its
+        framework right after."""
         return self.pauses.claim_if_ready(
-            handoff, resume.pause, starting=lambda members: True, **read
+            handoff, resume.pause, also_read=also_read, starting=lambda members: True
         )
 
     def _open_stop(
@@ -186,6 +193,13 @@ class PausingRunAdapter(ABC, Generic[ResumeT]):
         noted that it called it."""
         if ready.fields.get("reported") != "1":
             self._report(ready.pause_id, output, run_id)
+
+    def _stored_stop(self, pause_id: str, what: str) -> bytes | str:
+        """The record of a stop (``what`` it holds, named in the error when it is gone)."""
+        raw = self.handoffs.redis.get(self._stop_key(pause_id))
+        if raw is None:
+            raise LookupError(f"the {what} of pause {pause_id} is gone (purged?)")
+        return raw
 
     def _stored_output(self, run_id: str) -> Any:
         """The JSON a finished run's output was recorded as (None until then)."""
@@ -278,8 +292,8 @@ async def resume_in_worker(
 
 def key_id(framework_id: str, prefix: str) -> str:
     """A framework's id (a tool call's, a request's) as the last part of an idempotency
-    key: as it is, or a stable digest of it when it is longer than the store accepts in a
-    key (the framework or an executor chooses it)."""
+    key: as it is, or a stable digest of it when it is long (the framework or an executor
+    chooses it; idempotency keys are bounded)."""
     if len(framework_id) <= MAX_KEY_ID_LENGTH:
         return framework_id
     return stable_id(prefix, framework_id)

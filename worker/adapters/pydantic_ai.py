@@ -88,6 +88,7 @@ from pydantic_core import to_jsonable_python
 from redis import Redis
 
 from store.models import Handoff, Status
+from worker.adapters import pausing_runs
 from worker.adapters.pauses import (
     HandoffOptions,
     PauseKeys,
@@ -99,14 +100,6 @@ from worker.adapters.pauses import (
     proposed_action,
     refusal_message,
     stable_id,
-)
-from worker.adapters.pausing_runs import (
-    QUESTION_TOOL_DESCRIPTION,
-    AgentRunAdapter,
-    RunOutcome,
-    RunResume,
-    key_id,
-    resume_in_worker,
 )
 from worker.client import Handoffs
 
@@ -144,7 +137,7 @@ class DeferredCall(BaseModel):
     args_schema: dict[str, Any] | None = None
 
 
-class PydanticAIResume(RunResume):
+class PydanticAIResume(pausing_runs.RunResume):
     """What a worker needs to continue the run, kept in ``metadata["pydantic_ai"]``."""
 
     METADATA_KEY: ClassVar[str] = METADATA_KEY
@@ -156,7 +149,7 @@ class PydanticAIResume(RunResume):
 
 
 @dataclass(frozen=True)
-class AgentOutcome(RunOutcome):
+class AgentOutcome(pausing_runs.RunOutcome):
     """Where a run stands after the adapter ran it.
 
     ``output`` is the run's output once it finished (None while paused); ``messages`` is
@@ -238,7 +231,7 @@ class _HandoffCapability(AbstractCapability[Any]):
 
 
 def ask_human_tool(
-    *, name: str = QUESTION_TOOL_NAME, description: str = QUESTION_TOOL_DESCRIPTION
+    *, name: str = QUESTION_TOOL_NAME, description: str = pausing_runs.QUESTION_TOOL_DESCRIPTION
 ) -> Tool[Any]:
     """A tool the model calls to ask a person. Each call is deferred as a question
     (``CallDeferred(kind="question")``); under the adapter it becomes a question handoff
@@ -265,7 +258,7 @@ def ask_human_tool(
 # -- the adapter ------------------------------------------------------------------------
 
 
-class PydanticAIHandoffs(AgentRunAdapter[PydanticAIResume]):
+class PydanticAIHandoffs(pausing_runs.AgentRunAdapter[PydanticAIResume]):
     """Run a Pydantic AI agent with its deferred tool calls handed to people.
 
     ``agent`` names a zero-argument function returning the ``Agent`` (called once per
@@ -362,9 +355,7 @@ class PydanticAIHandoffs(AgentRunAdapter[PydanticAIResume]):
     def history(self, pause_id: str) -> list[ModelMessage]:
         """The message history a run stopped with at ``pause_id`` (the ``pause.pause_id`` of
         a handoff's ``metadata["pydantic_ai"]``)."""
-        raw = self.handoffs.redis.get(self._stop_key(pause_id))
-        if raw is None:
-            raise LookupError(f"the message history of pause {pause_id} is gone (purged?)")
+        raw = self._stored_stop(pause_id, "message history")
         return ModelMessagesTypeAdapter.validate_json(raw)
 
     async def resume(self, handoff: Handoff) -> AgentOutcome | None:
@@ -469,7 +460,10 @@ class PydanticAIHandoffs(AgentRunAdapter[PydanticAIResume]):
             if isinstance(reason, str) and reason.strip():
                 context += f" Why: {reason.strip()}"
             options = self._request_options(
-                resume, context=context, position=position, key=key_id(call.call_id, "call")
+                resume,
+                context=context,
+                position=position,
+                key=pausing_runs.key_id(call.call_id, "call"),
             )
             if call.kind is CallKind.APPROVAL:
                 handoff = self.handoffs.request_approval(
@@ -499,7 +493,9 @@ async def resume_run(
     stop is decided. ``handoffs`` defaults to a client configured from the environment on
     the handoff's namespace (tests pass their own).
     """
-    await resume_in_worker(PydanticAIHandoffs, handoff, attempt=attempt, handoffs=handoffs)
+    await pausing_runs.resume_in_worker(
+        PydanticAIHandoffs, handoff, attempt=attempt, handoffs=handoffs
+    )
 
 
 # -- helpers ----------------------------------------------------------------------------

@@ -52,6 +52,7 @@ from pydantic_core import to_jsonable_python
 from redis import Redis
 
 from store.models import Handoff, Status
+from worker.adapters import pausing_runs
 from worker.adapters.agent_framework import user_input
 from worker.adapters.agent_framework.user_input import Asked, RequestKind, canonical
 from worker.adapters.pauses import (
@@ -61,13 +62,6 @@ from worker.adapters.pauses import (
     edited_args,
     refusal_message,
     stable_id,
-)
-from worker.adapters.pausing_runs import (
-    QUESTION_TOOL_DESCRIPTION,
-    AgentRunAdapter,
-    RunOutcome,
-    RunResume,
-    resume_in_worker,
 )
 from worker.client import Handoffs
 
@@ -87,7 +81,7 @@ MAX_REPLACEMENTS = 3
 call is enough, the rest are the framework asking about changes nobody approved."""
 
 
-class AgentFrameworkResume(RunResume):
+class AgentFrameworkResume(pausing_runs.RunResume):
     """What a worker needs to continue the run, kept in ``metadata["agent_framework"]``."""
 
     METADATA_KEY: ClassVar[str] = METADATA_KEY
@@ -98,7 +92,7 @@ class AgentFrameworkResume(RunResume):
 
 
 @dataclass(frozen=True)
-class AgentOutcome(RunOutcome):
+class AgentOutcome(pausing_runs.RunOutcome):
     """Where a run stands after the adapter ran it."""
 
     final_output: str | None = None
@@ -115,7 +109,7 @@ class _QuestionInput(BaseModel):
 def ask_human_tool(
     *,
     name: str = QUESTION_TOOL_NAME,
-    description: str = QUESTION_TOOL_DESCRIPTION,
+    description: str = pausing_runs.QUESTION_TOOL_DESCRIPTION,
 ) -> FunctionTool:
     """A declaration-only tool the model calls to ask a person: Agent Framework stops the
     run for its result, the adapter hands each call to a person as a question, and the
@@ -201,7 +195,7 @@ class ApprovedCallMiddleware(FunctionMiddleware):
 # -- the adapter --------------------------------------------------------------------------
 
 
-class AgentFrameworkHandoffs(AgentRunAdapter[AgentFrameworkResume]):
+class AgentFrameworkHandoffs(pausing_runs.AgentRunAdapter[AgentFrameworkResume]):
     """Run an Agent Framework agent with its tool approvals handed to people.
 
     ``agent`` names a zero-argument function returning the ``Agent`` (the adapter gives
@@ -358,10 +352,7 @@ class AgentFrameworkHandoffs(AgentRunAdapter[AgentFrameworkResume]):
         return AgentOutcome("finished", [], output)
 
     def _stop(self, pause_id: str) -> tuple[AgentSession, list[Content]]:
-        raw = self.handoffs.redis.get(self._stop_key(pause_id))
-        if raw is None:
-            raise LookupError(f"the session of pause {pause_id} is gone (purged?)")
-        stop = json.loads(raw)
+        stop = json.loads(self._stored_stop(pause_id, "session"))
         session = AgentSession.from_dict(stop["session"])
         return session, [Content.from_dict(request) for request in stop["requests"]]
 
@@ -424,7 +415,9 @@ async def resume_run(
     stop is decided. ``handoffs`` defaults to a client configured from the environment on
     the handoff's namespace (tests pass their own).
     """
-    await resume_in_worker(AgentFrameworkHandoffs, handoff, attempt=attempt, handoffs=handoffs)
+    await pausing_runs.resume_in_worker(
+        AgentFrameworkHandoffs, handoff, attempt=attempt, handoffs=handoffs
+    )
 
 
 # -- helpers ------------------------------------------------------------------------------

@@ -40,6 +40,7 @@ from pydantic_core import to_jsonable_python
 
 from store.exceptions import HandoffError
 from store.models import Handoff
+from worker.adapters import pausing_runs
 from worker.adapters.agent_framework.replies import (
     ReplyType,
     RequestShape,
@@ -54,13 +55,6 @@ from worker.adapters.pauses import (
     load_object,
     option_names,
     stable_id,
-)
-from worker.adapters.pausing_runs import (
-    PausingRunAdapter,
-    RunOutcome,
-    RunResume,
-    key_id,
-    resume_in_worker,
 )
 from worker.client import Handoffs, reject_unknown_options
 
@@ -97,7 +91,7 @@ class Checkpoints(BaseModel):
         return storage  # type: ignore[no-any-return]
 
 
-class WorkflowResume(RunResume):
+class WorkflowResume(pausing_runs.RunResume):
     """What a worker needs to continue the workflow, kept in
     ``metadata["agent_framework_workflow"]``."""
 
@@ -113,14 +107,14 @@ class WorkflowResume(RunResume):
 
 
 @dataclass(frozen=True)
-class WorkflowOutcome(RunOutcome):
+class WorkflowOutcome(pausing_runs.RunOutcome):
     """Where a workflow run stands after the adapter ran it."""
 
     outputs: list[Any] = field(default_factory=list)
     """What the workflow yielded (``get_outputs()``) in the run that finished it."""
 
 
-class WorkflowHandoffs(PausingRunAdapter[WorkflowResume]):
+class WorkflowHandoffs(pausing_runs.PausingRunAdapter[WorkflowResume]):
     """Run an Agent Framework workflow with its human-input requests handed to people.
 
     ``workflow`` names a zero-argument function returning a new ``Workflow`` (Agent
@@ -307,7 +301,7 @@ class WorkflowHandoffs(PausingRunAdapter[WorkflowResume]):
                 context=f"Workflow {name!r} (run {run_id}): step {request.executor_id!r} asks.",
                 position=position,
                 # An executor may choose its request ids; idempotency keys are bounded.
-                key=key_id(request.request_id, "req"),
+                key=pausing_runs.key_id(request.request_id, "req"),
             )
             kwargs = {"run_id": run_id, "thread_id": run_id, **options}
             if request.shape in (RequestShape.APPROVAL, RequestShape.AGENT_APPROVAL):
@@ -342,7 +336,9 @@ async def resume_workflow(
     whole stop is decided. ``handoffs`` defaults to a client configured from the
     environment on the handoff's namespace (tests pass their own).
     """
-    await resume_in_worker(WorkflowHandoffs, handoff, attempt=attempt, handoffs=handoffs)
+    await pausing_runs.resume_in_worker(
+        WorkflowHandoffs, handoff, attempt=attempt, handoffs=handoffs
+    )
 
 
 def _classify(event: Any) -> WorkflowRequest:
