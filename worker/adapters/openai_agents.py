@@ -46,36 +46,27 @@ import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, ClassVar, Literal, Unpack, overload
+from typing import Any, ClassVar, overload
 
 from agents import Agent, FunctionTool, Runner, RunState, function_tool
 from agents.items import ToolApprovalItem
 from agents.result import RunResult
 from agents.tool_context import ToolContext
 from redis import Redis
-from redis.client import Pipeline
 
 from store.models import Handoff, Status
+from worker.adapters import pausing_runs
 from worker.adapters.pauses import (
-    AdapterMetadata,
-    HandoffOptions,
     PauseKeys,
-    PauseRef,
-    Pauses,
     PauseState,
     ReadyPause,
-    RequestDefaults,
-    build_from_factory,
     edited_args,
-    load_object,
-    option_names,
     refusal_message,
     stable_id,
-    worker_handoffs,
 )
-from worker.client import Handoffs, reject_unknown_options
+from worker.client import Handoffs
 
 logger = logging.getLogger(__name__)
 
@@ -112,27 +103,20 @@ class ToolKind(StrEnum):
     QUESTION = "question"  # ask_human_tool: the answer is the result
 
 
-class OpenAIAgentsResume(AdapterMetadata):
+class OpenAIAgentsResume(pausing_runs.RunResume):
     """What a worker needs to continue the run, kept in ``metadata["openai_agents"]``."""
 
     METADATA_KEY: ClassVar[str] = METADATA_KEY
 
     agent: str
-    run_id: str
-    namespace: str
-    pause: PauseRef
     call_id: str
     tool_kind: ToolKind
-    defaults: RequestDefaults
-    on_finish: str | None = None
 
 
 @dataclass(frozen=True)
-class AgentOutcome:
+class AgentOutcome(pausing_runs.RunOutcome):
     """Where a run stands after the adapter ran it."""
 
-    status: Literal["paused", "finished"]
-    handoffs: list[Handoff] = field(default_factory=list)
     final_output: Any = None
 
 
@@ -227,10 +211,7 @@ def approval_tool(
 def ask_human_tool(
     *,
     name: str = QUESTION_TOOL_NAME,
-    description: str = (
-        "Ask a person a clarifying question when you cannot continue without their answer "
-        "(a missing fact, a choice only they can make). Returns their answer."
-    ),
+    description: str = pausing_runs.QUESTION_TOOL_DESCRIPTION,
 ) -> FunctionTool:
     """A tool the model calls to ask a person; under the adapter each call becomes a
     question handoff and the person's answer is the tool's result."""
@@ -258,7 +239,7 @@ def ask_human_tool(
 # -- the adapter ------------------------------------------------------------------------
 
 
-class OpenAIAgentsHandoffs:
+class OpenAIAgentsHandoffs(pausing_runs.AgentRunAdapter[OpenAIAgentsResume]):
     """Run an OpenAI Agents SDK agent with its tool approvals handed to people.
 
     ``agent`` names a zero-argument function returning the ``Agent`` (called once per
@@ -274,37 +255,20 @@ class OpenAIAgentsHandoffs:
         # outcome.status == "paused": a worker continues the run once people decided.
     """
 
-    def __init__(
-        self,
-        handoffs: Handoffs,
-        agent: str,
-        *,
-        on_finish: str | None = None,
-        **options: Unpack[HandoffOptions],
-    ) -> None:
-        reject_unknown_options("OpenAIAgentsHandoffs", options, option_names(HandoffOptions))
-        self.handoffs = handoffs
-        self.agent_path = agent
-        self.defaults = RequestDefaults.build(**options)
-        if on_finish:
-            load_object(on_finish)  # fail now, not in a worker days later
-        self.on_finish = on_finish
-        self.pauses = Pauses(handoffs)
+    RESUME = OpenAIAgentsResume
+    RESUME_TARGET = RESUME_TARGET
+    KEY_PREFIX = "oa"
+    STOP_RECORD = "state"  # {ns}:oa:state:<pause_id>: the stop's RunState JSON
 
     @classmethod
     def for_resume(cls, handoffs: Handoffs, resume: OpenAIAgentsResume) -> OpenAIAgentsHandoffs:
         """The adapter as configured when it created the handoff (what workers use)."""
-        adapter = cls(handoffs, resume.agent, on_finish=resume.on_finish)
-        adapter.defaults = resume.defaults
-        return adapter
+        return cls(handoffs, resume.agent, on_finish=resume.on_finish)._restored(resume)
 
     @property
     def agent(self) -> Agent[Any]:
         """The agent (built once per process by the factory)."""
-        agent = build_from_factory(self.agent_path)
-        if not isinstance(agent, Agent):
-            raise TypeError(f"{self.agent_path!r} returned {type(agent).__name__}, not an Agent")
-        return agent
+        return self._built_agent(Agent, "an Agent")
 
     async def run(
         self,
@@ -336,15 +300,14 @@ class OpenAIAgentsHandoffs:
 
     def final_output(self, run_id: str) -> Any:
         """The final output of a run that finished in a worker (None until then)."""
-        raw = self.handoffs.redis.get(self._output_key(run_id))
-        return json.loads(raw)["v"] if raw is not None else None
+        return self._final_output(run_id)
 
     async def resume(self, handoff: Handoff) -> AgentOutcome | None:
         """Continue the run of a decided handoff once every approval of its stop is decided
         (what the worker calls); None while others are pending or when another handoff of
         the stop continues it."""
         resume = OpenAIAgentsResume.of(handoff)
-        ready = self.pauses.claim_if_ready(handoff, resume.pause, starting=lambda members: True)
+        ready = self._claim(handoff, resume)
         if ready is None:
             return None
         context = {"handoff_id": handoff.id, "run_id": resume.run_id}
@@ -352,9 +315,7 @@ class OpenAIAgentsHandoffs:
             # A previous attempt ran the agent and recorded what came next, then died.
             logger.info("run already continued; finishing its hand-off", extra=context)
             return await self._redo_settle(ready, resume.run_id)
-        raw_state = self.handoffs.redis.get(self._state_key(ready.pause_id))
-        if raw_state is None:
-            raise LookupError(f"the run state of pause {ready.pause_id} is gone (purged?)")
+        raw_state = self._stored_stop(ready.pause_id, "run state")
         agent = self.agent
         state = await RunState.from_json(agent, json.loads(raw_state))
         scope = self._scope(resume.run_id)
@@ -403,57 +364,29 @@ class OpenAIAgentsHandoffs:
     async def _settle(
         self, result: RunResult, run_id: str, *, after: str | None = None
     ) -> AgentOutcome:
-        """Record what the run stopped at (new approvals, or its final output) in one
-        transaction with the end of the pause it continued, then act on it."""
-        redis = self.handoffs.redis
+        """Record what the run stopped at (new approvals with the run state, or its final
+        output) in one transaction with the end of the pause it continued, then act on it."""
         if result.interruptions:
             state_json = result.to_state().to_json()
             call_ids = sorted(_call_id(item) for item in result.interruptions)
             turn = str(state_json.get("current_turn", ""))
             pause_id = stable_id("oap", run_id, turn, *call_ids)
-            with redis.pipeline(transaction=True) as pipe:
-                pipe.set(self._state_key(pause_id), json.dumps(state_json), nx=True)
-                self.pauses.open(pause_id, call_ids, pipeline=pipe, adapter=METADATA_KEY)
-                if after is not None:
-                    self._end_pause(after, pipe, next=pause_id)
-                pipe.execute()
+            self._open_stop(pause_id, call_ids, after=after, stop=json.dumps(state_json))
             handoffs = self._hand_off(pause_id, result.interruptions, run_id)
             return AgentOutcome("paused", handoffs)
-        with redis.pipeline(transaction=True) as pipe:
-            pipe.set(self._output_key(run_id), _dump_output(result.final_output))
-            pipe.expire(self._output_key(run_id), self.pauses.retention_seconds)
-            if after is not None:
-                self._end_pause(after, pipe, finished="1")
-            pipe.execute()
-        if after is not None:
-            self._report(after, result.final_output, run_id)
-        return AgentOutcome("finished", [], result.final_output)
-
-    def _end_pause(self, pause_id: str, pipeline: Pipeline, **fields: str) -> None:
-        """Mark a continued pause resumed; its stored run state is kept for the retention
-        period only (what came next has a state of its own)."""
-        self.pauses.mark(pause_id, PauseState.RESUMED, pipeline=pipeline, **fields)
-        pipeline.expire(self._state_key(pause_id), self.pauses.retention_seconds)
-
-    def _report(self, pause_id: str, final_output: Any, run_id: str) -> None:
-        """Call ``on_finish`` for a run a worker finished, and note that it was called (a
-        worker that dies in between calls it again: at least once)."""
-        if self.on_finish:
-            load_object(self.on_finish)(final_output, run_id=run_id)
-            self.pauses.mark(pause_id, PauseState.RESUMED, reported="1")
+        output = result.final_output
+        self._finish(run_id, _dump_output(output), after=after, reported=output)
+        return AgentOutcome("finished", [], output)
 
     async def _redo_settle(self, ready: ReadyPause, run_id: str) -> AgentOutcome:
         next_pause = ready.fields.get("next")
         if next_pause:
-            raw = self.handoffs.redis.get(self._state_key(next_pause))
-            if raw is None:
-                raise LookupError(f"the run state of pause {next_pause} is gone (purged?)")
+            raw = self._stored_stop(next_pause, "run state")
             state = await RunState.from_json(self.agent, json.loads(raw))
             handoffs = self._hand_off(next_pause, state.get_interruptions(), run_id)
             return AgentOutcome("paused", handoffs)
         output = self.final_output(run_id)
-        if ready.fields.get("reported") != "1":
-            self._report(ready.pause_id, output, run_id)
+        self._report_again(ready, output, run_id)
         return AgentOutcome("finished", [], output)
 
     def _hand_off(
@@ -469,23 +402,15 @@ class OpenAIAgentsHandoffs:
             kind = getattr(tool, _KIND_ATTRIBUTE, ToolKind.PLAIN) if tool else ToolKind.PLAIN
             resume = OpenAIAgentsResume(
                 agent=self.agent_path,
-                run_id=run_id,
-                namespace=self.handoffs.store.keys.namespace,
-                pause=PauseRef(pause_id=pause_id, item=call_id, size=count),
                 call_id=call_id,
                 tool_kind=kind,
-                defaults=self.defaults,
-                on_finish=self.on_finish,
+                **self._run_fields(run_id, pause_id, call_id, count),
             )
-            context = f"Agent {item.agent.name!r} (run {run_id}) wants to call {name}."
-            if count > 1:
-                context += f" Request {position} of {count}; the run continues when all are "
-                context += "decided."
-            options = self.defaults.options(
-                context=context,
-                idempotency_key=f"oa:{pause_id}:{_short(call_id)}",
-                resume=RESUME_TARGET,
-                metadata={METADATA_KEY: resume.model_dump(mode="json")},
+            options = self._request_options(
+                resume,
+                context=f"Agent {item.agent.name!r} (run {run_id}) wants to call {name}.",
+                position=position,
+                key=pausing_runs.key_id(call_id, "call"),
             )
             if kind is ToolKind.QUESTION:
                 choices = args.get("choices")
@@ -525,12 +450,6 @@ class OpenAIAgentsHandoffs:
         finally:
             _scope.reset(token)
 
-    def _state_key(self, pause_id: str) -> str:
-        return self.pauses.keys.adapter("oa", "state", pause_id)
-
-    def _output_key(self, run_id: str) -> str:
-        return self.pauses.keys.adapter("oa", "output", run_id)
-
 
 async def resume_run(
     handoff: Handoff, *, attempt: int = 1, handoffs: Handoffs | None = None
@@ -541,10 +460,9 @@ async def resume_run(
     stop is decided. ``handoffs`` defaults to a client configured from the environment on
     the handoff's namespace (tests pass their own).
     """
-    resume = OpenAIAgentsResume.of(handoff)
-    client = handoffs or worker_handoffs(resume.namespace)
-    logger.debug("resume attempt %d", attempt, extra={"handoff_id": handoff.id})
-    await OpenAIAgentsHandoffs.for_resume(client, resume).resume(handoff)
+    await pausing_runs.resume_in_worker(
+        OpenAIAgentsHandoffs, handoff, attempt=attempt, handoffs=handoffs
+    )
 
 
 # -- helpers ----------------------------------------------------------------------------
@@ -583,10 +501,6 @@ def _dump_output(output: Any) -> str:
         return json.dumps({"v": output})
     except TypeError:
         return json.dumps({"v": str(output)})
-
-
-def _short(call_id: str) -> str:
-    return call_id if len(call_id) <= 120 else stable_id("call", call_id)
 
 
 def _text(value: Any) -> str:

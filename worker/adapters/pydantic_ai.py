@@ -64,7 +64,7 @@ import typing
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, ClassVar, Literal, Unpack
+from typing import Any, ClassVar, Unpack
 
 from pydantic import BaseModel, Field
 from pydantic_ai import (
@@ -86,28 +86,22 @@ from pydantic_ai.messages import (
 from pydantic_ai.tools import RunContext, ToolApproved, ToolDefinition
 from pydantic_core import to_jsonable_python
 from redis import Redis
-from redis.client import Pipeline
 
 from store.models import Handoff, Status
+from worker.adapters import pausing_runs
 from worker.adapters.pauses import (
-    AdapterMetadata,
     HandoffOptions,
     PauseKeys,
-    PauseRef,
-    Pauses,
     PauseState,
     ReadyPause,
-    RequestDefaults,
     build_from_factory,
     edited_args,
     load_object,
-    option_names,
     proposed_action,
     refusal_message,
     stable_id,
-    worker_handoffs,
 )
-from worker.client import Handoffs, reject_unknown_options
+from worker.client import Handoffs
 
 logger = logging.getLogger(__name__)
 
@@ -119,11 +113,6 @@ METADATA_KEY = "pydantic_ai"
 
 QUESTION_TOOL_NAME = "ask_human"
 """Default name of the tool made by ``ask_human_tool``."""
-
-_QUESTION_DESCRIPTION = (
-    "Ask a person a clarifying question when you cannot continue without their answer "
-    "(a missing fact, a choice only they can make). Returns their answer."
-)
 
 
 class CallKind(StrEnum):
@@ -148,24 +137,19 @@ class DeferredCall(BaseModel):
     args_schema: dict[str, Any] | None = None
 
 
-class PydanticAIResume(AdapterMetadata):
+class PydanticAIResume(pausing_runs.RunResume):
     """What a worker needs to continue the run, kept in ``metadata["pydantic_ai"]``."""
 
     METADATA_KEY: ClassVar[str] = METADATA_KEY
 
     agent: str
     deps: str | None = None
-    run_id: str
-    namespace: str
-    pause: PauseRef
     call_id: str
     kind: CallKind
-    defaults: RequestDefaults
-    on_finish: str | None = None
 
 
 @dataclass(frozen=True)
-class AgentOutcome:
+class AgentOutcome(pausing_runs.RunOutcome):
     """Where a run stands after the adapter ran it.
 
     ``output`` is the run's output once it finished (None while paused); ``messages`` is
@@ -173,8 +157,6 @@ class AgentOutcome:
     ``result.all_messages()`` returns).
     """
 
-    status: Literal["paused", "finished"]
-    handoffs: list[Handoff] = field(default_factory=list)
     output: Any = None
     messages: list[ModelMessage] = field(default_factory=list)
 
@@ -249,7 +231,7 @@ class _HandoffCapability(AbstractCapability[Any]):
 
 
 def ask_human_tool(
-    *, name: str = QUESTION_TOOL_NAME, description: str = _QUESTION_DESCRIPTION
+    *, name: str = QUESTION_TOOL_NAME, description: str = pausing_runs.QUESTION_TOOL_DESCRIPTION
 ) -> Tool[Any]:
     """A tool the model calls to ask a person. Each call is deferred as a question
     (``CallDeferred(kind="question")``); under the adapter it becomes a question handoff
@@ -276,7 +258,7 @@ def ask_human_tool(
 # -- the adapter ------------------------------------------------------------------------
 
 
-class PydanticAIHandoffs:
+class PydanticAIHandoffs(pausing_runs.AgentRunAdapter[PydanticAIResume]):
     """Run a Pydantic AI agent with its deferred tool calls handed to people.
 
     ``agent`` names a zero-argument function returning the ``Agent`` (called once per
@@ -295,6 +277,11 @@ class PydanticAIHandoffs:
         # outcome.status == "paused": a worker continues the run once people decided.
     """
 
+    RESUME = PydanticAIResume
+    RESUME_TARGET = RESUME_TARGET
+    KEY_PREFIX = "pai"
+    STOP_RECORD = "history"  # {ns}:pai:history:<pause_id>: the history at the stop
+
     def __init__(
         self,
         handoffs: Handoffs,
@@ -304,30 +291,21 @@ class PydanticAIHandoffs:
         on_finish: str | None = None,
         **options: Unpack[HandoffOptions],
     ) -> None:
-        reject_unknown_options("PydanticAIHandoffs", options, option_names(HandoffOptions))
-        self.handoffs = handoffs
-        self.agent_path = agent
-        self.defaults = RequestDefaults.build(**options)
-        for path in (deps, on_finish):
-            if path:
-                load_object(path)  # fail now, not in a worker days later
+        super().__init__(handoffs, agent, on_finish=on_finish, **options)
+        if deps:
+            load_object(deps)  # fail now, not in a worker days later
         self.deps = deps
-        self.on_finish = on_finish
-        self.pauses = Pauses(handoffs)
 
     @classmethod
     def for_resume(cls, handoffs: Handoffs, resume: PydanticAIResume) -> PydanticAIHandoffs:
         """The adapter as configured when it created the handoff (what workers use)."""
         adapter = cls(handoffs, resume.agent, deps=resume.deps, on_finish=resume.on_finish)
-        adapter.defaults = resume.defaults
-        return adapter
+        return adapter._restored(resume)
 
     @property
     def agent(self) -> AbstractAgent[Any, Any]:
         """The agent (built once per process by the factory)."""
-        agent = build_from_factory(self.agent_path)
-        if not isinstance(agent, AbstractAgent):
-            raise TypeError(f"{self.agent_path!r} returned {type(agent).__name__}, not an Agent")
+        agent: AbstractAgent[Any, Any] = self._built_agent(AbstractAgent, "an Agent")
         if not _allows_deferred_tools(agent.output_type):
             raise TypeError(
                 f"the agent of {self.agent_path!r} cannot stop for people: add "
@@ -372,15 +350,12 @@ class PydanticAIHandoffs:
     def final_output(self, run_id: str) -> Any:
         """The output of a run that finished (as JSON: a model's fields as a dict); None
         until then."""
-        raw = self.handoffs.redis.get(self._output_key(run_id))
-        return json.loads(raw)["v"] if raw is not None else None
+        return self._final_output(run_id)
 
     def history(self, pause_id: str) -> list[ModelMessage]:
         """The message history a run stopped with at ``pause_id`` (the ``pause.pause_id`` of
         a handoff's ``metadata["pydantic_ai"]``)."""
-        raw = self.handoffs.redis.get(self._history_key(pause_id))
-        if raw is None:
-            raise LookupError(f"the message history of pause {pause_id} is gone (purged?)")
+        raw = self._stored_stop(pause_id, "message history")
         return ModelMessagesTypeAdapter.validate_json(raw)
 
     async def resume(self, handoff: Handoff) -> AgentOutcome | None:
@@ -388,7 +363,7 @@ class PydanticAIHandoffs:
         (what the worker calls); None while others are pending or when another handoff of
         the stop continues it."""
         resume = PydanticAIResume.of(handoff)
-        ready = self.pauses.claim_if_ready(handoff, resume.pause, starting=lambda members: True)
+        ready = self._claim(handoff, resume)
         if ready is None:
             return None
         context = {"handoff_id": handoff.id, "run_id": resume.run_id}
@@ -435,49 +410,23 @@ class PydanticAIHandoffs:
     ) -> AgentOutcome:
         """Record what the run stopped at (deferred calls, or its output) in one transaction
         with the end of the stop it continued, then act on it."""
-        redis = self.handoffs.redis
         messages = result.all_messages()
         output = result.output
         if isinstance(output, DeferredToolRequests):
             calls = _deferred_calls(output, messages, capability.tools)
             call_ids = [call.call_id for call in calls]
             pause_id = stable_id("pap", run_id, str(len(messages)), *sorted(call_ids))
-            stored_calls = json.dumps([call.model_dump(mode="json") for call in calls])
-            with redis.pipeline(transaction=True) as pipe:
-                pipe.set(
-                    self._history_key(pause_id),
-                    ModelMessagesTypeAdapter.dump_json(messages),
-                    nx=True,
-                )
-                self.pauses.open(
-                    pause_id, call_ids, pipeline=pipe, adapter=METADATA_KEY, calls=stored_calls
-                )
-                if after is not None:
-                    self._end_pause(after, pipe, next=pause_id)
-                pipe.execute()
+            self._open_stop(
+                pause_id,
+                call_ids,
+                after=after,
+                stop=ModelMessagesTypeAdapter.dump_json(messages),
+                calls=json.dumps([call.model_dump(mode="json") for call in calls]),
+            )
             handoffs = self._hand_off(pause_id, calls, run_id)
             return AgentOutcome("paused", handoffs, None, messages)
-        with redis.pipeline(transaction=True) as pipe:
-            pipe.set(self._output_key(run_id), _dump(output), ex=self.pauses.retention_seconds)
-            if after is not None:
-                self._end_pause(after, pipe, finished="1")
-            pipe.execute()
-        if after is not None:
-            self._report(after, output, run_id)
+        self._finish(run_id, _dump(output), after=after, reported=output)
         return AgentOutcome("finished", [], output, messages)
-
-    def _end_pause(self, pause_id: str, pipeline: Pipeline, **fields: str) -> None:
-        """Mark a continued stop resumed; its history is kept for the retention period only
-        (what came next has a history of its own)."""
-        self.pauses.mark(pause_id, PauseState.RESUMED, pipeline=pipeline, **fields)
-        pipeline.expire(self._history_key(pause_id), self.pauses.retention_seconds)
-
-    def _report(self, pause_id: str, output: Any, run_id: str) -> None:
-        """Call ``on_finish`` for a run a worker finished, and note that it was called (a
-        worker that dies in between calls it again: at least once)."""
-        if self.on_finish:
-            load_object(self.on_finish)(output, run_id=run_id)
-            self.pauses.mark(pause_id, PauseState.RESUMED, reported="1")
 
     def _redo_settle(self, ready: ReadyPause, run_id: str) -> AgentOutcome:
         next_pause = ready.fields.get("next")
@@ -488,8 +437,7 @@ class PydanticAIHandoffs:
             calls = [DeferredCall.model_validate(call) for call in json.loads(stored)]
             return AgentOutcome("paused", self._hand_off(next_pause, calls, run_id))
         output = self.final_output(run_id)
-        if ready.fields.get("reported") != "1":
-            self._report(ready.pause_id, output, run_id)
+        self._report_again(ready, output, run_id)
         return AgentOutcome("finished", [], output)
 
     def _hand_off(self, pause_id: str, calls: Sequence[DeferredCall], run_id: str) -> list[Handoff]:
@@ -500,13 +448,9 @@ class PydanticAIHandoffs:
             resume = PydanticAIResume(
                 agent=self.agent_path,
                 deps=self.deps,
-                run_id=run_id,
-                namespace=self.handoffs.store.keys.namespace,
-                pause=PauseRef(pause_id=pause_id, item=call.call_id, size=count),
                 call_id=call.call_id,
                 kind=call.kind,
-                defaults=self.defaults,
-                on_finish=self.on_finish,
+                **self._run_fields(run_id, pause_id, call.call_id, count),
             )
             verb = "wants to call" if call.kind is CallKind.APPROVAL else "asks, through"
             context = f"Agent {agent_name!r} (run {run_id}) {verb} {call.tool_name}."
@@ -515,14 +459,11 @@ class PydanticAIHandoffs:
             reason = call.metadata.get("reason")  # ApprovalRequired(metadata={"reason": ...})
             if isinstance(reason, str) and reason.strip():
                 context += f" Why: {reason.strip()}"
-            if count > 1:
-                context += f" Request {position} of {count}; the run continues when all are "
-                context += "decided."
-            options = self.defaults.options(
+            options = self._request_options(
+                resume,
                 context=context,
-                idempotency_key=f"pai:{pause_id}:{_short(call.call_id)}",
-                resume=RESUME_TARGET,
-                metadata={METADATA_KEY: resume.model_dump(mode="json")},
+                position=position,
+                key=pausing_runs.key_id(call.call_id, "call"),
             )
             if call.kind is CallKind.APPROVAL:
                 handoff = self.handoffs.request_approval(
@@ -542,12 +483,6 @@ class PydanticAIHandoffs:
             created.append(handoff)
         return created
 
-    def _history_key(self, pause_id: str) -> str:
-        return self.pauses.keys.adapter("pai", "history", pause_id)
-
-    def _output_key(self, run_id: str) -> str:
-        return self.pauses.keys.adapter("pai", "output", run_id)
-
 
 async def resume_run(
     handoff: Handoff, *, attempt: int = 1, handoffs: Handoffs | None = None
@@ -558,10 +493,9 @@ async def resume_run(
     stop is decided. ``handoffs`` defaults to a client configured from the environment on
     the handoff's namespace (tests pass their own).
     """
-    resume = PydanticAIResume.of(handoff)
-    client = handoffs or worker_handoffs(resume.namespace)
-    logger.debug("resume attempt %d", attempt, extra={"handoff_id": handoff.id})
-    await PydanticAIHandoffs.for_resume(client, resume).resume(handoff)
+    await pausing_runs.resume_in_worker(
+        PydanticAIHandoffs, handoff, attempt=attempt, handoffs=handoffs
+    )
 
 
 # -- helpers ----------------------------------------------------------------------------
@@ -683,10 +617,6 @@ def _jsonable(value: Any) -> Any:
 
 def _dump(value: Any) -> str:
     return json.dumps({"v": _jsonable(value)})
-
-
-def _short(call_id: str) -> str:
-    return call_id if len(call_id) <= 120 else stable_id("call", call_id)
 
 
 __all__ = [

@@ -34,8 +34,8 @@ import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, Unpack
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from agent_framework import (
     Agent,
@@ -50,29 +50,20 @@ from agent_framework import (
 from pydantic import BaseModel, Field
 from pydantic_core import to_jsonable_python
 from redis import Redis
-from redis.client import Pipeline
 
 from store.models import Handoff, Status
+from worker.adapters import pausing_runs
 from worker.adapters.agent_framework import user_input
 from worker.adapters.agent_framework.user_input import Asked, RequestKind, canonical
 from worker.adapters.pauses import (
-    AdapterMetadata,
-    HandoffOptions,
     PauseKeys,
-    PauseRef,
-    Pauses,
     PauseState,
     ReadyPause,
-    RequestDefaults,
-    build_from_factory,
     edited_args,
-    load_object,
-    option_names,
     refusal_message,
     stable_id,
-    worker_handoffs,
 )
-from worker.client import Handoffs, reject_unknown_options
+from worker.client import Handoffs
 
 logger = logging.getLogger(__name__)
 
@@ -90,27 +81,20 @@ MAX_REPLACEMENTS = 3
 call is enough, the rest are the framework asking about changes nobody approved."""
 
 
-class AgentFrameworkResume(AdapterMetadata):
+class AgentFrameworkResume(pausing_runs.RunResume):
     """What a worker needs to continue the run, kept in ``metadata["agent_framework"]``."""
 
     METADATA_KEY: ClassVar[str] = METADATA_KEY
 
     agent: str
-    run_id: str
-    namespace: str
-    pause: PauseRef
     request_id: str
     kind: RequestKind
-    defaults: RequestDefaults
-    on_finish: str | None = None
 
 
 @dataclass(frozen=True)
-class AgentOutcome:
+class AgentOutcome(pausing_runs.RunOutcome):
     """Where a run stands after the adapter ran it."""
 
-    status: Literal["paused", "finished"]
-    handoffs: list[Handoff] = field(default_factory=list)
     final_output: str | None = None
     """The agent's final text (``AgentResponse.text``) once finished."""
 
@@ -125,10 +109,7 @@ class _QuestionInput(BaseModel):
 def ask_human_tool(
     *,
     name: str = QUESTION_TOOL_NAME,
-    description: str = (
-        "Ask a person a clarifying question when you cannot continue without their answer "
-        "(a missing fact, a choice only they can make). Returns their answer."
-    ),
+    description: str = pausing_runs.QUESTION_TOOL_DESCRIPTION,
 ) -> FunctionTool:
     """A declaration-only tool the model calls to ask a person: Agent Framework stops the
     run for its result, the adapter hands each call to a person as a question, and the
@@ -214,7 +195,7 @@ class ApprovedCallMiddleware(FunctionMiddleware):
 # -- the adapter --------------------------------------------------------------------------
 
 
-class AgentFrameworkHandoffs:
+class AgentFrameworkHandoffs(pausing_runs.AgentRunAdapter[AgentFrameworkResume]):
     """Run an Agent Framework agent with its tool approvals handed to people.
 
     ``agent`` names a zero-argument function returning the ``Agent`` (the adapter gives
@@ -231,39 +212,20 @@ class AgentFrameworkHandoffs:
         # outcome.status == "paused": a worker continues the run once people decided.
     """
 
-    def __init__(
-        self,
-        handoffs: Handoffs,
-        agent: str,
-        *,
-        on_finish: str | None = None,
-        **options: Unpack[HandoffOptions],
-    ) -> None:
-        reject_unknown_options("AgentFrameworkHandoffs", options, option_names(HandoffOptions))
-        self.handoffs = handoffs
-        self.agent_path = agent
-        self.defaults = RequestDefaults.build(**options)
-        if on_finish:
-            load_object(on_finish)  # fail now, not in a worker days later
-        self.on_finish = on_finish
-        self.pauses = Pauses(handoffs)
+    RESUME = AgentFrameworkResume
+    RESUME_TARGET = RESUME_TARGET
+    KEY_PREFIX = "af"
+    STOP_RECORD = "stop"  # {ns}:af:stop:<pause_id>: the session and its requests
 
     @classmethod
     def for_resume(cls, handoffs: Handoffs, resume: AgentFrameworkResume) -> AgentFrameworkHandoffs:
         """The adapter as configured when it created the handoff (what workers use)."""
-        adapter = cls(handoffs, resume.agent, on_finish=resume.on_finish)
-        adapter.defaults = resume.defaults
-        return adapter
+        return cls(handoffs, resume.agent, on_finish=resume.on_finish)._restored(resume)
 
     @property
     def agent(self) -> Agent[Any]:
         """The agent (built once per process by the factory)."""
-        agent = build_from_factory(self.agent_path)
-        if not isinstance(agent, Agent):
-            raise TypeError(
-                f"{self.agent_path!r} returned {type(agent).__name__}, not an agent_framework.Agent"
-            )
-        return agent
+        return self._built_agent(Agent, "an agent_framework.Agent")
 
     async def run(
         self,
@@ -295,8 +257,7 @@ class AgentFrameworkHandoffs:
 
     def final_output(self, run_id: str) -> str | None:
         """The final text of a run that finished in a worker (None until then)."""
-        raw = self.handoffs.redis.get(self._output_key(run_id))
-        return json.loads(raw)["v"] if raw is not None else None
+        return self._final_output(run_id)
 
     async def resume(self, handoff: Handoff) -> AgentOutcome | None:
         """Continue the run of a decided handoff once every request of its stop is decided
@@ -304,13 +265,12 @@ class AgentFrameworkHandoffs:
         the stop continues it."""
         resume = AgentFrameworkResume.of(handoff)
         records = self._records(resume.run_id)
-        ready = self.pauses.claim_if_ready(
+        ready = self._claim(
             handoff,
-            resume.pause,
+            resume,
             # The pause's items are its calls: what an earlier attempt ran is read with the
             # claim, in the same round trip.
             also_read=lambda items: {records.key(item): ["output"] for item in items},
-            starting=lambda members: True,
         )
         if ready is None:
             return None
@@ -366,46 +326,20 @@ class AgentFrameworkHandoffs:
     ) -> AgentOutcome:
         """Record what the run stopped at (new requests with the session, or its final
         text) in one transaction with the end of the pause it continued, then act on it."""
-        redis = self.handoffs.redis
         requests = list(response.user_input_requests)
         if requests:
             asked = [user_input.asked(request) for request in requests]  # refuse others now
-            pause_id = stable_id("afp", run_id, *sorted(a.occurrence for a in asked))
+            occurrences = [a.occurrence for a in asked]
+            pause_id = stable_id("afp", run_id, *sorted(occurrences))
             stop = {
                 "session": session.to_dict(),
                 "requests": [request.to_dict() for request in requests],
             }
-            with redis.pipeline(transaction=True) as pipe:
-                pipe.set(self._stop_key(pause_id), _dump_stop(stop, run_id), nx=True)
-                self.pauses.open(
-                    pause_id, [a.occurrence for a in asked], pipeline=pipe, adapter=METADATA_KEY
-                )
-                if after is not None:
-                    self._end_pause(after, pipe, next=pause_id)
-                pipe.execute()
+            self._open_stop(pause_id, occurrences, after=after, stop=_dump_stop(stop, run_id))
             return AgentOutcome("paused", self._hand_off(pause_id, asked, run_id))
-        with redis.pipeline(transaction=True) as pipe:
-            pipe.set(self._output_key(run_id), json.dumps({"v": response.text}))
-            pipe.expire(self._output_key(run_id), self.pauses.retention_seconds)
-            if after is not None:
-                self._end_pause(after, pipe, finished="1")
-            pipe.execute()
-        if after is not None:
-            self._report(after, response.text, run_id)
-        return AgentOutcome("finished", [], response.text)
-
-    def _end_pause(self, pause_id: str, pipeline: Pipeline, **fields: str) -> None:
-        """Mark a continued pause resumed; its stored stop is kept for the retention period
-        only (what came next has a stop of its own)."""
-        self.pauses.mark(pause_id, PauseState.RESUMED, pipeline=pipeline, **fields)
-        pipeline.expire(self._stop_key(pause_id), self.pauses.retention_seconds)
-
-    def _report(self, pause_id: str, final_output: str | None, run_id: str) -> None:
-        """Call ``on_finish`` for a run a worker finished, and note that it was called (a
-        worker that dies in between calls it again: at least once)."""
-        if self.on_finish:
-            load_object(self.on_finish)(final_output, run_id=run_id)
-            self.pauses.mark(pause_id, PauseState.RESUMED, reported="1")
+        text = response.text
+        self._finish(run_id, json.dumps({"v": text}), after=after, reported=text)
+        return AgentOutcome("finished", [], text)
 
     def _redo_settle(self, ready: ReadyPause, run_id: str) -> AgentOutcome:
         next_pause = ready.fields.get("next")
@@ -414,15 +348,11 @@ class AgentFrameworkHandoffs:
             asked = [user_input.asked(request) for request in requests]
             return AgentOutcome("paused", self._hand_off(next_pause, asked, run_id))
         output = self.final_output(run_id)
-        if ready.fields.get("reported") != "1":
-            self._report(ready.pause_id, output, run_id)
+        self._report_again(ready, output, run_id)
         return AgentOutcome("finished", [], output)
 
     def _stop(self, pause_id: str) -> tuple[AgentSession, list[Content]]:
-        raw = self.handoffs.redis.get(self._stop_key(pause_id))
-        if raw is None:
-            raise LookupError(f"the session of pause {pause_id} is gone (purged?)")
-        stop = json.loads(raw)
+        stop = json.loads(self._stored_stop(pause_id, "session"))
         session = AgentSession.from_dict(stop["session"])
         return session, [Content.from_dict(request) for request in stop["requests"]]
 
@@ -435,25 +365,16 @@ class AgentFrameworkHandoffs:
             tool = _find_tool(agent, request.tool)
             resume = AgentFrameworkResume(
                 agent=self.agent_path,
-                run_id=run_id,
-                namespace=self.handoffs.store.keys.namespace,
-                pause=PauseRef(pause_id=pause_id, item=request.occurrence, size=count),
                 request_id=request.request_id,
                 kind=request.kind,
-                defaults=self.defaults,
-                on_finish=self.on_finish,
+                **self._run_fields(run_id, pause_id, request.occurrence, count),
             )
             context = f"Agent {name!r} (run {run_id}) wants to call {request.tool}."
             if request.kind is RequestKind.QUESTION:
                 context = f"Agent {name!r} (run {run_id}) asks a question."
-            if count > 1:
-                context += f" Request {position} of {count}; the run continues when all are "
-                context += "decided."
-            options = self.defaults.options(
-                context=context,
-                idempotency_key=f"af:{pause_id}:{request.request_id}",
-                resume=RESUME_TARGET,
-                metadata={METADATA_KEY: resume.model_dump(mode="json")},
+            # The request id as it is, as before: stops already handed off keep their keys.
+            options = self._request_options(
+                resume, context=context, position=position, key=request.request_id
             )
             if request.kind is RequestKind.QUESTION:
                 handoff = self.handoffs.ask(
@@ -484,12 +405,6 @@ class AgentFrameworkHandoffs:
             retention_seconds=self.pauses.retention_seconds,
         )
 
-    def _stop_key(self, pause_id: str) -> str:
-        return self.pauses.keys.adapter("af", "stop", pause_id)
-
-    def _output_key(self, run_id: str) -> str:
-        return self.pauses.keys.adapter("af", "output", run_id)
-
 
 async def resume_run(
     handoff: Handoff, *, attempt: int = 1, handoffs: Handoffs | None = None
@@ -500,10 +415,9 @@ async def resume_run(
     stop is decided. ``handoffs`` defaults to a client configured from the environment on
     the handoff's namespace (tests pass their own).
     """
-    resume = AgentFrameworkResume.of(handoff)
-    client = handoffs or worker_handoffs(resume.namespace)
-    logger.debug("resume attempt %d", attempt, extra={"handoff_id": handoff.id})
-    await AgentFrameworkHandoffs.for_resume(client, resume).resume(handoff)
+    await pausing_runs.resume_in_worker(
+        AgentFrameworkHandoffs, handoff, attempt=attempt, handoffs=handoffs
+    )
 
 
 # -- helpers ------------------------------------------------------------------------------
@@ -606,10 +520,6 @@ def _dump_stop(stop: dict[str, Any], run_id: str) -> str:
             f"the session of run {run_id} does not serialize to JSON ({exc}); keep only JSON "
             "values (or registered types) in session.state so a worker can continue it"
         ) from exc
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 __all__ = [

@@ -25,7 +25,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from os import PathLike, fspath
-from typing import Any, ClassVar, Literal, Unpack
+from typing import Any, ClassVar, Unpack
 
 from agent_framework import (
     CheckpointStorage,
@@ -37,10 +37,10 @@ from agent_framework import (
 )
 from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
-from redis.client import Pipeline
 
 from store.exceptions import HandoffError
 from store.models import Handoff
+from worker.adapters import pausing_runs
 from worker.adapters.agent_framework.replies import (
     ReplyType,
     RequestShape,
@@ -49,17 +49,12 @@ from worker.adapters.agent_framework.replies import (
     response,
 )
 from worker.adapters.pauses import (
-    AdapterMetadata,
     HandoffOptions,
-    PauseRef,
-    Pauses,
     PauseState,
     ReadyPause,
-    RequestDefaults,
     load_object,
     option_names,
     stable_id,
-    worker_handoffs,
 )
 from worker.client import Handoffs, reject_unknown_options
 
@@ -96,7 +91,7 @@ class Checkpoints(BaseModel):
         return storage  # type: ignore[no-any-return]
 
 
-class WorkflowResume(AdapterMetadata):
+class WorkflowResume(pausing_runs.RunResume):
     """What a worker needs to continue the workflow, kept in
     ``metadata["agent_framework_workflow"]``."""
 
@@ -104,29 +99,22 @@ class WorkflowResume(AdapterMetadata):
 
     workflow: str
     checkpoints: Checkpoints
-    run_id: str
-    namespace: str
-    pause: PauseRef
     request_id: str
     shape: RequestShape
     reply: ReplyType
     agent_request: dict[str, Any] | None = None
     """An agent's request content, which its answer is made from."""
-    defaults: RequestDefaults
-    on_finish: str | None = None
 
 
 @dataclass(frozen=True)
-class WorkflowOutcome:
+class WorkflowOutcome(pausing_runs.RunOutcome):
     """Where a workflow run stands after the adapter ran it."""
 
-    status: Literal["paused", "finished"]
-    handoffs: list[Handoff] = field(default_factory=list)
     outputs: list[Any] = field(default_factory=list)
     """What the workflow yielded (``get_outputs()``) in the run that finished it."""
 
 
-class WorkflowHandoffs:
+class WorkflowHandoffs(pausing_runs.PausingRunAdapter[WorkflowResume]):
     """Run an Agent Framework workflow with its human-input requests handed to people.
 
     ``workflow`` names a zero-argument function returning a new ``Workflow`` (Agent
@@ -146,6 +134,12 @@ class WorkflowHandoffs:
         outcome = await adapter.run("A-1001", run_id="ticket-42")
     """
 
+    RESUME = WorkflowResume
+    RESUME_TARGET = RESUME_TARGET
+    KEY_PREFIX = "afw"
+    RUN_NOUN = "workflow"
+    # No stop record of its own: a stop is its checkpoint, in the checkpoint storage.
+
     def __init__(
         self,
         handoffs: Handoffs,
@@ -156,23 +150,20 @@ class WorkflowHandoffs:
         on_finish: str | None = None,
         **options: Unpack[HandoffOptions],
     ) -> None:
+        # A misspelt option is named before anything else is checked (the base class
+        # checks again, for nothing).
         reject_unknown_options("WorkflowHandoffs", options, option_names(HandoffOptions))
         if (checkpoint_dir is None) == (checkpoint_storage is None):
             raise TypeError(
                 "WorkflowHandoffs needs exactly one of checkpoint_dir (a folder every worker "
                 "reaches) or checkpoint_storage ('module:function' returning a storage)"
             )
-        self.handoffs = handoffs
         self.workflow_path = workflow
         folder = fspath(checkpoint_dir) if checkpoint_dir is not None else None
         self.checkpoints = Checkpoints(folder=folder, factory=checkpoint_storage)
         if checkpoint_storage:
             load_object(checkpoint_storage)  # fail now, not in a worker days later
-        self.defaults = RequestDefaults.build(**options)
-        if on_finish:
-            load_object(on_finish)
-        self.on_finish = on_finish
-        self.pauses = Pauses(handoffs)
+        super().__init__(handoffs, on_finish=on_finish, **options)
 
     @classmethod
     def for_resume(cls, handoffs: Handoffs, resume: WorkflowResume) -> WorkflowHandoffs:
@@ -184,8 +175,7 @@ class WorkflowHandoffs:
             checkpoint_storage=resume.checkpoints.factory,
             on_finish=resume.on_finish,
         )
-        adapter.defaults = resume.defaults
-        return adapter
+        return adapter._restored(resume)
 
     def build(self) -> Workflow:
         """A new workflow instance from the factory."""
@@ -212,15 +202,14 @@ class WorkflowHandoffs:
 
     def outputs(self, run_id: str) -> list[Any] | None:
         """The outputs of a run that finished in a worker (as JSON values; None until then)."""
-        raw = self.handoffs.redis.get(self._output_key(run_id))
-        return json.loads(raw) if raw is not None else None
+        return self._stored_output(run_id)
 
     async def resume(self, handoff: Handoff) -> WorkflowOutcome | None:
         """Continue the workflow of a decided handoff once every request of its stop is
         decided (what the worker calls); None while others are pending or when another
         handoff of the stop continues it."""
         resume = WorkflowResume.of(handoff)
-        ready = self.pauses.claim_if_ready(handoff, resume.pause, starting=lambda members: True)
+        ready = self._claim(handoff, resume)
         if ready is None:
             return None
         context = {"handoff_id": handoff.id, "run_id": resume.run_id}
@@ -255,7 +244,6 @@ class WorkflowHandoffs:
     ) -> WorkflowOutcome:
         """Record where the run stopped (the checkpoint of its pending requests, or its
         outputs) in one transaction with the end of the pause it continued, then act on it."""
-        redis = self.handoffs.redis
         events = result.get_request_info_events()
         if events:
             requests = [_classify(event) for event in events]  # refuse the unsupported now
@@ -271,35 +259,12 @@ class WorkflowHandoffs:
                     "not restore (register it with agent_framework.register_checkpoint_type)"
                 )
             pause_id = stable_id("afw", run_id, checkpoint_id)
-            with redis.pipeline(transaction=True) as pipe:
-                self.pauses.open(
-                    pause_id, ids, pipeline=pipe, adapter=METADATA_KEY, checkpoint=checkpoint_id
-                )
-                if after is not None:
-                    self._end_pause(after, pipe, next=pause_id)
-                pipe.execute()
+            self._open_stop(pause_id, ids, after=after, checkpoint=checkpoint_id)
             handoffs = self._hand_off(pause_id, requests, workflow.name, run_id)
             return WorkflowOutcome("paused", handoffs)
         outputs = [_jsonable(output) for output in result.get_outputs()]
-        with redis.pipeline(transaction=True) as pipe:
-            pipe.set(self._output_key(run_id), json.dumps(outputs, default=str))
-            pipe.expire(self._output_key(run_id), self.pauses.retention_seconds)
-            if after is not None:
-                self._end_pause(after, pipe, finished="1")
-            pipe.execute()
-        if after is not None:
-            self._report(after, outputs, run_id)
+        self._finish(run_id, json.dumps(outputs, default=str), after=after, reported=outputs)
         return WorkflowOutcome("finished", [], result.get_outputs())
-
-    def _end_pause(self, pause_id: str, pipeline: Pipeline, **fields: str) -> None:
-        self.pauses.mark(pause_id, PauseState.RESUMED, pipeline=pipeline, **fields)
-
-    def _report(self, pause_id: str, outputs: list[Any], run_id: str) -> None:
-        """Call ``on_finish`` for a run a worker finished, and note that it was called (a
-        worker that dies in between calls it again: at least once)."""
-        if self.on_finish:
-            load_object(self.on_finish)(outputs, run_id=run_id)
-            self.pauses.mark(pause_id, PauseState.RESUMED, reported="1")
 
     async def _redo_settle(
         self, ready: ReadyPause, storage: CheckpointStorage, run_id: str
@@ -313,8 +278,7 @@ class WorkflowHandoffs:
             handoffs = self._hand_off(next_pause, requests, checkpoint.workflow_name, run_id)
             return WorkflowOutcome("paused", handoffs)
         outputs = self.outputs(run_id) or []
-        if ready.fields.get("reported") != "1":
-            self._report(ready.pause_id, outputs, run_id)
+        self._report_again(ready, outputs, run_id)
         return WorkflowOutcome("finished", [], outputs)
 
     def _hand_off(
@@ -326,25 +290,18 @@ class WorkflowHandoffs:
             resume = WorkflowResume(
                 workflow=self.workflow_path,
                 checkpoints=self.checkpoints,
-                run_id=run_id,
-                namespace=self.handoffs.store.keys.namespace,
-                pause=PauseRef(pause_id=pause_id, item=request.request_id, size=count),
                 request_id=request.request_id,
                 shape=request.shape,
                 reply=request.reply,
                 agent_request=request.agent_request,
-                defaults=self.defaults,
-                on_finish=self.on_finish,
+                **self._run_fields(run_id, pause_id, request.request_id, count),
             )
-            context = f"Workflow {name!r} (run {run_id}): step {request.executor_id!r} asks."
-            if count > 1:
-                context += f" Request {position} of {count}; the workflow continues when all "
-                context += "are decided."
-            options = self.defaults.options(
-                context=context,
-                idempotency_key=f"afw:{pause_id}:{_short(request.request_id)}",
-                resume=RESUME_TARGET,
-                metadata={METADATA_KEY: resume.model_dump(mode="json")},
+            options = self._request_options(
+                resume,
+                context=f"Workflow {name!r} (run {run_id}): step {request.executor_id!r} asks.",
+                position=position,
+                # An executor may choose its request ids; idempotency keys are bounded.
+                key=pausing_runs.key_id(request.request_id, "req"),
             )
             kwargs = {"run_id": run_id, "thread_id": run_id, **options}
             if request.shape in (RequestShape.APPROVAL, RequestShape.AGENT_APPROVAL):
@@ -369,9 +326,6 @@ class WorkflowHandoffs:
             created.append(handoff)
         return created
 
-    def _output_key(self, run_id: str) -> str:
-        return self.pauses.keys.adapter("afw", "output", run_id)
-
 
 async def resume_workflow(
     handoff: Handoff, *, attempt: int = 1, handoffs: Handoffs | None = None
@@ -382,19 +336,13 @@ async def resume_workflow(
     whole stop is decided. ``handoffs`` defaults to a client configured from the
     environment on the handoff's namespace (tests pass their own).
     """
-    resume = WorkflowResume.of(handoff)
-    client = handoffs or worker_handoffs(resume.namespace)
-    logger.debug("resume attempt %d", attempt, extra={"handoff_id": handoff.id})
-    await WorkflowHandoffs.for_resume(client, resume).resume(handoff)
+    await pausing_runs.resume_in_worker(
+        WorkflowHandoffs, handoff, attempt=attempt, handoffs=handoffs
+    )
 
 
 def _classify(event: Any) -> WorkflowRequest:
     return classify(event.request_id, event.source_executor_id, event.data, event.response_type)
-
-
-def _short(request_id: str) -> str:
-    # An executor may choose its request ids; idempotency keys are bounded.
-    return request_id if len(request_id) <= 120 else stable_id("req", request_id)
 
 
 def _jsonable(value: Any) -> Any:
