@@ -20,7 +20,7 @@ import statistics
 import time
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 from bench import common
 from bench.common import Figure, RedisServer, Target
@@ -143,20 +143,22 @@ def ratio_line(value: float) -> str:
     return f"  ratio adapter/direct: {value:.2f}x (target <= {RATIO_TARGET}x: {verdict})"
 
 
-@dataclass(kw_only=True)
+@dataclass
 class ResumeReport:
-    """Resume times both ways, for one kind of run: a subclass names its figure, its title
-    and what was timed (``details``)."""
-
-    FIGURE: ClassVar[str]
-    """The row's name in ``bench/run_all``'s table."""
-    TITLE: ClassVar[str]
-    """The first line of the report: what is compared with what."""
+    """Resume times both ways, for one kind of run, and the words around them."""
 
     server: str
     options: Options
     direct: Samples
     adapter: Samples
+    figure: str
+    """The row's name in ``bench/run_all``'s table."""
+    title: str
+    """The first line of the report: what is compared with what."""
+    details: list[str]
+    """The lines between the Redis line and the table: what was timed, how often."""
+    remarks: list[str] = field(default_factory=list)
+    """The lines under the ratio (where a benchmark breaks its figure down)."""
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -166,26 +168,23 @@ class ResumeReport:
 
     def figures(self) -> list[Figure]:
         """The row for ``bench/run_all``'s table."""
-        return [ratio_figure(self.FIGURE, self.ratio)]
-
-    def details(self) -> list[str]:
-        """The lines between the Redis line and the table: what was timed, how often."""
-        return [f"  rounds: {self.options.rounds} each way, after {self.options.warmup} warm-up"]
-
-    def remarks(self) -> list[str]:
-        """The lines under the ratio (none unless a benchmark breaks its figure down)."""
-        return []
+        return [ratio_figure(self.figure, self.ratio)]
 
     def print_report(self) -> None:
         """Both ways' medians, p90, means and CPU; the ratio next to its target."""
-        print(self.TITLE)
+        print(self.title)
         print(redis_line(self.server))
-        for line in self.details():
+        for line in self.details:
             print(line)
         print_table({"direct": self.direct, "adapter": self.adapter})
         print(ratio_line(self.ratio))
-        for line in [*self.remarks(), *(f"  PROBLEM: {p}" for p in self.problems)]:
+        for line in [*self.remarks, *(f"  PROBLEM: {p}" for p in self.problems)]:
             print(line)
+
+
+def rounds_line(options: Options) -> str:
+    """How many rounds each way, after how many warm-up ones."""
+    return f"  rounds: {options.rounds} each way, after {options.warmup} warm-up"
 
 
 def runs_line(options: Options, stops: int, unfinished: str) -> str:

@@ -52,6 +52,8 @@ from worker.client import Handoffs
 
 STOPS = 2
 """Feedback steps each run pauses at before it finishes."""
+FIGURE = "CrewAI Flow resume, adapter / direct (median)"
+TITLE = "CrewAI Flow resume: through the adapter vs Flow.from_pending(...).resume(...)"
 
 
 @dataclass(frozen=True)
@@ -153,19 +155,7 @@ def time_resumes(handoffs: Handoffs, rounds: int, warmup: int, db: Path) -> tupl
         slack._handoffs = None
 
 
-@dataclass(kw_only=True)
-class CrewAIReport(ResumeReport):
-    """Resume times both ways."""
-
-    FIGURE = "CrewAI Flow resume, adapter / direct (median)"
-    TITLE = "CrewAI Flow resume: through the adapter vs Flow.from_pending(...).resume(...)"
-
-    def details(self) -> list[str]:
-        unfinished = "flow hands the next step to a person"
-        return [adapter_resume.runs_line(self.options, STOPS, unfinished)]
-
-
-def run(server: RedisServer, options: Options) -> CrewAIReport:
+def run(server: RedisServer, options: Options) -> ResumeReport:
     """Time both ways on ``server``."""
     with (
         tempfile.TemporaryDirectory(prefix="bench-crewai-") as tmp,
@@ -174,7 +164,8 @@ def run(server: RedisServer, options: Options) -> CrewAIReport:
         direct, adapter = time_resumes(
             handoffs, options.rounds, options.warmup, Path(tmp) / "flows.db"
         )
-    return CrewAIReport(server=server.description, options=options, direct=direct, adapter=adapter)
+    details = [adapter_resume.runs_line(options, STOPS, "flow hands the next step to a person")]
+    return ResumeReport(server.description, options, direct, adapter, FIGURE, TITLE, details)
 
 
 def main(argv: list[str] | None = None) -> int:

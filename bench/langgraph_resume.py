@@ -32,7 +32,6 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
@@ -55,6 +54,8 @@ CHECKPOINTS_ENV = "BENCH_LANGGRAPH_CHECKPOINTS"
 """Environment variable naming the SQLite file the benchmark graph checkpoints to."""
 
 GRAPH_FACTORY = "bench.langgraph_resume:build_graph"
+FIGURE = "LangGraph resume, adapter / direct (median)"
+TITLE = "LangGraph resume: through the adapter vs graph.invoke(Command(resume=...)) directly"
 
 
 class LoopState(TypedDict, total=False):
@@ -142,48 +143,36 @@ def _check_same_run(graph: Any, config: dict[str, Any], total: int) -> None:
         raise AssertionError(f"thread {config} did not run every step once: {done}")
 
 
-@dataclass(kw_only=True)
-class LangGraphReport(ResumeReport):
-    """Resume times both ways, and where the adapter's extra time goes."""
-
-    FIGURE = "LangGraph resume, adapter / direct (median)"
-    TITLE = "LangGraph resume: through the adapter vs graph.invoke(Command(resume=...)) directly"
-
-    checkpoints: Path
-    creating: list[float] = field(default_factory=list)
-    """Seconds of each adapter resume spent creating the next handoff."""
-
-    def details(self) -> list[str]:
-        return [
-            f"  checkpointer: SqliteSaver on {self.checkpoints}, durability='sync' for both",
-            "  graph: review (interrupt) -> act -> review ..., two threads, rounds alternate",
-            "  timed, per resume, in this process:",
-            "    direct  = graph.invoke(Command(resume={interrupt_id: value}), config)",
-            "    adapter = resume_thread(decided_handoff): what a worker runs (pause claim,",
-            "              pending-interrupt check, the same invoke, bookkeeping, and the next",
-            "              interrupt handed to a person); not timed: the decision itself,",
-            "              RQ dispatch, the work-horse fork",
-            f"  rounds: {self.options.rounds} each way, after {self.options.warmup} warm-up",
-        ]
-
-    def remarks(self) -> list[str]:
-        """How much the adapter adds, how much of it creating the next handoff takes, and
-        the ratio by CPU and without that creation."""
-        median = statistics.median
-        direct, adapter = self.direct, self.adapter
-        added = median(adapter.wall) - median(direct.wall)
-        without_handoff = [a - c for a, c in zip(adapter.wall, self.creating, strict=True)]
-        by_cpu = median(adapter.cpu) / median(direct.cpu)
-        resume_only = median(without_handoff) / median(direct.wall)
-        return [
-            f"  adapter adds {added * 1000:.2f} ms per resume (median), of which "
-            f"{median(self.creating) * 1000:.2f} ms create the next handoff",
-            f"  ratio by cpu median {by_cpu:.2f}x; by wall median without creating the next "
-            f"handoff {resume_only:.2f}x",
-        ]
+HOW = [
+    "  graph: review (interrupt) -> act -> review ..., two threads, rounds alternate",
+    "  timed, per resume, in this process:",
+    "    direct  = graph.invoke(Command(resume={interrupt_id: value}), config)",
+    "    adapter = resume_thread(decided_handoff): what a worker runs (pause claim,",
+    "              pending-interrupt check, the same invoke, bookkeeping, and the next",
+    "              interrupt handed to a person); not timed: the decision itself,",
+    "              RQ dispatch, the work-horse fork",
+]
+"""What the report says was timed."""
 
 
-def run(server: RedisServer, options: Options) -> LangGraphReport:
+def breakdown(direct: Samples, adapter: Samples, creating: list[float]) -> list[str]:
+    """How much the adapter adds, how much of it creating the next handoff takes
+    (``creating``: seconds of each adapter resume), and the ratio by CPU and without that
+    creation."""
+    median = statistics.median
+    added = median(adapter.wall) - median(direct.wall)
+    without_handoff = [a - c for a, c in zip(adapter.wall, creating, strict=True)]
+    by_cpu = median(adapter.cpu) / median(direct.cpu)
+    resume_only = median(without_handoff) / median(direct.wall)
+    return [
+        f"  adapter adds {added * 1000:.2f} ms per resume (median), of which "
+        f"{median(creating) * 1000:.2f} ms create the next handoff",
+        f"  ratio by cpu median {by_cpu:.2f}x; by wall median without creating the next "
+        f"handoff {resume_only:.2f}x",
+    ]
+
+
+def run(server: RedisServer, options: Options) -> ResumeReport:
     """Time both ways on ``server``, with a SQLite checkpointer in a temporary folder."""
     with tempfile.TemporaryDirectory() as folder:
         checkpoints = Path(folder) / "checkpoints.sqlite"
@@ -195,14 +184,14 @@ def run(server: RedisServer, options: Options) -> LangGraphReport:
                 direct, adapter, creating = time_resumes(handoffs, options.rounds, options.warmup)
         finally:
             forget_built()  # the graph's SQLite connection points into the folder
-    return LangGraphReport(
-        server=server.description,
-        options=options,
-        direct=direct,
-        adapter=adapter,
-        checkpoints=checkpoints,
-        creating=creating,
-    )
+    details = [
+        f"  checkpointer: SqliteSaver on {checkpoints}, durability='sync' for both",
+        *HOW,
+        adapter_resume.rounds_line(options),
+    ]
+    report = ResumeReport(server.description, options, direct, adapter, FIGURE, TITLE, details)
+    report.remarks = breakdown(direct, adapter, creating)
+    return report
 
 
 def main(argv: list[str] | None = None) -> int:

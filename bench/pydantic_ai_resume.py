@@ -45,6 +45,8 @@ from worker.client import Handoffs
 AGENT_FACTORY = "bench.pydantic_ai_resume:build_agent"
 STOPS = 2
 """Approvals each run stops for before the model answers."""
+FIGURE = "Pydantic AI resume, adapter / direct (median)"
+TITLE = "Pydantic AI resume: through the adapter vs agent.run(deferred_tool_results=...)"
 
 
 @dataclass(frozen=True)
@@ -116,19 +118,7 @@ def time_resumes(handoffs: Handoffs, rounds: int, warmup: int) -> tuple[Samples,
     return direct, through_adapter
 
 
-@dataclass(kw_only=True)
-class PydanticAIReport(ResumeReport):
-    """Resume times both ways."""
-
-    FIGURE = "Pydantic AI resume, adapter / direct (median)"
-    TITLE = "Pydantic AI resume: through the adapter vs agent.run(deferred_tool_results=...)"
-
-    def details(self) -> list[str]:
-        unfinished = "run hands the next call to a person"
-        return [adapter_resume.runs_line(self.options, STOPS, unfinished)]
-
-
-def run(server: RedisServer, options: Options) -> PydanticAIReport:
+def run(server: RedisServer, options: Options) -> ResumeReport:
     """Time both ways on ``server``."""
     forget_built()
     try:
@@ -136,9 +126,8 @@ def run(server: RedisServer, options: Options) -> PydanticAIReport:
             direct, adapter = time_resumes(handoffs, options.rounds, options.warmup)
     finally:
         forget_built()
-    return PydanticAIReport(
-        server=server.description, options=options, direct=direct, adapter=adapter
-    )
+    details = [adapter_resume.runs_line(options, STOPS, "run hands the next call to a person")]
+    return ResumeReport(server.description, options, direct, adapter, FIGURE, TITLE, details)
 
 
 def main(argv: list[str] | None = None) -> int:

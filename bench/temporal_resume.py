@@ -32,7 +32,6 @@ import sys
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -61,21 +60,15 @@ QUICK = adapter_resume.QUICK
 """A smoke run: seconds, not figures (``Options``: deliveries, not resumes)."""
 
 
-@dataclass(kw_only=True)
-class TemporalReport(ResumeReport):
-    """Delivery times both ways."""
-
-    FIGURE = "Temporal decision delivery, adapter / execute_update (median)"
-    TITLE = "Temporal: a decision through the adapter's resume target vs execute_update"
-
-    def details(self) -> list[str]:
-        return [
-            "  temporal: `temporal server start-dev` on loopback, its worker in this process",
-            "  timed, per decision, in this process:",
-            "    direct  = handle.execute_update(DECISION_UPDATE, payload, id=handoff_id)",
-            "    adapter = deliver_decision(decided_handoff): what a worker runs",
-            f"  rounds: {self.options.rounds} each way, after {self.options.warmup} warm-up",
-        ]
+FIGURE = "Temporal decision delivery, adapter / execute_update (median)"
+TITLE = "Temporal: a decision through the adapter's resume target vs execute_update"
+HOW = [
+    "  temporal: `temporal server start-dev` on loopback, its worker in this process",
+    "  timed, per decision, in this process:",
+    "    direct  = handle.execute_update(DECISION_UPDATE, payload, id=handoff_id)",
+    "    adapter = deliver_decision(decided_handoff): what a worker runs",
+]
+"""What the report says was timed."""
 
 
 async def _pending(handoffs: Handoffs, run_id: str, seen: set[str]) -> Handoff:
@@ -126,7 +119,7 @@ async def time_deliveries(
     return direct, adapter, problems
 
 
-def run(server: RedisServer, options: Options) -> TemporalReport:
+def run(server: RedisServer, options: Options) -> ResumeReport:
     """Time both ways against a Temporal dev server started for the run."""
     with (
         adapter_resume.handoffs_of_run(server, "benchtp") as handoffs,
@@ -143,13 +136,10 @@ def run(server: RedisServer, options: Options) -> TemporalReport:
         finally:
             host.close()
             temporal.stop()
-    return TemporalReport(
-        server=server.description,
-        options=options,
-        direct=direct,
-        adapter=adapter,
-        problems=problems,
-    )
+    details = [*HOW, adapter_resume.rounds_line(options)]
+    report = ResumeReport(server.description, options, direct, adapter, FIGURE, TITLE, details)
+    report.problems = problems
+    return report
 
 
 def main(argv: list[str] | None = None) -> int:
