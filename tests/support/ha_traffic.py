@@ -99,7 +99,7 @@ class Traffic:
         for thread in self.threads:
             thread.start()
 
-    def stop_after_failover(self, killed_at: float, settle_seconds: float) -> None:
+    def stop_after_failover(self, killed_at: float, settle_seconds: float = 2.0) -> None:
         """Once a request sent after the kill at ``killed_at`` was acknowledged, and
         ``settle_seconds`` more: stop creating, let the decider finish, and fail the test
         on what went wrong in either thread."""

@@ -152,10 +152,12 @@ class SentinelGroup:
         finally:
             sentinel.close()
 
-    def kill_master_while_replicas_lag(self, lag_seconds: float) -> float:
+    def fail_over_while_replicas_lag(self, lag_seconds: float) -> tuple[float, float]:
         """The replicas fall behind for ``lag_seconds`` (a network hiccup, a busy machine)
         and the master is SIGKILLed then, so what it acknowledged meanwhile exists nowhere
-        else; the replicas carry on. Returns when the master was killed (monotonic)."""
+        else; the replicas carry on, and Sentinel promotes one. Returns when the master was
+        killed (monotonic) and the seconds from then to the promotion."""
+        old_port = self.master.port
         for server in self.replicas:
             server.process.send_signal(signal.SIGSTOP)  # type: ignore[union-attr]
         # Cut the links too: what the master writes from now on stays in its own memory
@@ -166,16 +168,13 @@ class SentinelGroup:
         self.master.kill()
         for server in self.replicas:
             server.process.send_signal(signal.SIGCONT)  # type: ignore[union-attr]
-        return killed_at
-
-    def wait_for_promotion(self, old_port: int) -> None:
-        """Wait until the Sentinels name a master other than the one on ``old_port``."""
         wait_for(
             lambda: self.master_port() != old_port,
             timeout=30,
             what="Sentinel to promote a replica",
             interval=0.1,
         )
+        return killed_at, time.monotonic() - killed_at
 
     def stop(self) -> None:
         for process in self.sentinels:
