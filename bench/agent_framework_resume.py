@@ -30,17 +30,12 @@ Run from the repository root::
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import functools
 import json
 import math
-import os
-import statistics
 import sys
 import tempfile
-import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,16 +58,14 @@ from agent_framework import (
 )
 from redis import Redis
 
-from bench import common
-from bench.common import Figure, RedisServer, Target
+from bench import adapter_resume, common
+from bench.adapter_resume import Options, Samples
+from bench.common import Figure, RedisServer
 from worker.adapters.agent_framework import AgentFrameworkHandoffs, Question, WorkflowHandoffs
 from worker.adapters.agent_framework.agents import resume_run
 from worker.adapters.agent_framework.workflows import resume_workflow
 from worker.adapters.pauses import forget_built
 from worker.client import Handoffs
-
-RATIO_TARGET = 1.5
-"""Adapter resume time over direct resume time that the design aims for (at most)."""
 
 AGENT_FACTORY = "bench.agent_framework_resume:build_agent"
 WORKFLOW_FACTORY = "bench.agent_framework_resume:build_workflow"
@@ -84,19 +77,9 @@ ACTED: list[tuple[str, int]] = []
 """(lane, step) of every tool run, to check each side ran every step once."""
 
 
-@dataclass(frozen=True)
-class Options:
-    """The sizes of a run."""
-
-    rounds: int = 200
-    """Timed resumes each way, for the agent (in runs of ``STEPS_PER_RUN``) and for the
-    workflow (one run)."""
-    warmup: int = 20
-    """Untimed resumes first."""
-
-
-QUICK = Options(rounds=3, warmup=1)
-"""A smoke run: seconds, not figures."""
+QUICK = adapter_resume.QUICK
+"""A smoke run: seconds, not figures. The rounds of ``Options`` are the resumes each way,
+for the agent (in runs of ``STEPS_PER_RUN``) and for the workflow (one run)."""
 
 
 # -- what is resumed ----------------------------------------------------------------------
@@ -161,23 +144,6 @@ def build_workflow() -> Workflow:
 # -- timing ---------------------------------------------------------------------------------
 
 
-@dataclass
-class Samples:
-    """Seconds per resume, wall-clock and CPU (this process)."""
-
-    wall: list[float] = field(default_factory=list)
-    cpu: list[float] = field(default_factory=list)
-
-
-async def _timed(samples: Samples, keep: bool, step: Callable[[], Awaitable[Any]]) -> Any:
-    wall, cpu = time.perf_counter(), time.process_time()
-    result = await step()
-    if keep:
-        samples.wall.append(time.perf_counter() - wall)
-        samples.cpu.append(time.process_time() - cpu)
-    return result
-
-
 async def time_agent(handoffs: Handoffs, rounds: int, warmup: int) -> tuple[Samples, Samples]:
     """``rounds`` agent resumes each way (after ``warmup``), in runs of ``STEPS_PER_RUN``
     approvals: a run's conversation grows with every step, and a long one would measure the
@@ -205,10 +171,11 @@ async def time_agent(handoffs: Handoffs, rounds: int, warmup: int) -> tuple[Samp
         [pending] = (await adapter.run(f"adapter-{run} {STEPS_PER_RUN}", run_id=run_id)).handoffs
         for step in range(STEPS_PER_RUN):
             keep = done >= warmup
-            await _timed(direct_samples, keep, direct)
-            decided = handoffs.decide(pending.id, "approved", by="U_BENCH")
-            resume = functools.partial(resume_run, decided, handoffs=handoffs)
-            await _timed(adapter_samples, keep, resume)
+            with direct_samples.timing(keep):
+                await direct()
+            decided = handoffs.decide(pending.id, "approved", by=adapter_resume.DECIDER)
+            with adapter_samples.timing(keep):
+                await resume_run(decided, handoffs=handoffs)
             done += 1
             if step + 1 < STEPS_PER_RUN:
                 [pending] = handoffs.list_pending(run_id=run_id).items
@@ -251,13 +218,11 @@ async def time_workflow(
 
     direct_samples, adapter_samples = Samples(), Samples()
     for i in range(total):
-        await _timed(direct_samples, i >= warmup, direct)
-        decided = handoffs.decide(pending.id, "answered", by="U_BENCH", answer="yes")
-        await _timed(
-            adapter_samples,
-            i >= warmup,
-            functools.partial(resume_workflow, decided, handoffs=handoffs),
-        )
+        with direct_samples.timing(i >= warmup):
+            await direct()
+        decided = handoffs.decide(pending.id, "answered", by=adapter_resume.DECIDER, answer="yes")
+        with adapter_samples.timing(i >= warmup):
+            await resume_workflow(decided, handoffs=handoffs)
         if i + 1 < total:
             [pending] = handoffs.list_pending(run_id="bench-workflow").items
     if outputs != [total] or adapter.outputs("bench-workflow") != [total]:
@@ -287,91 +252,58 @@ class AgentFrameworkReport:
     workflow: tuple[Samples, Samples]
     problems: list[str] = field(default_factory=list)
 
-    @staticmethod
-    def ratio(pair: tuple[Samples, Samples]) -> float:
-        """Adapter over direct, wall-clock medians."""
-        direct, adapter = pair
-        return statistics.median(adapter.wall) / statistics.median(direct.wall)
-
     def figures(self) -> list[Figure]:
         """The rows for ``bench/run_all``'s table."""
-        target = Target("<=", RATIO_TARGET)
         return [
-            Figure(
+            adapter_resume.ratio_figure(
                 "Agent Framework agent resume, adapter / direct (median)",
-                self.ratio(self.agent),
-                "x",
-                target,
+                adapter_resume.ratio(*self.agent),
             ),
-            Figure(
+            adapter_resume.ratio_figure(
                 "Agent Framework workflow resume, adapter / direct (median)",
-                self.ratio(self.workflow),
-                "x",
-                target,
+                adapter_resume.ratio(*self.workflow),
             ),
         ]
 
     def print_report(self) -> None:
-        """Both ways' medians, p90 and CPU, per kind of run; the ratios next to the target."""
+        """Both ways' medians, p90, means and CPU, per kind of run; the ratios next to the
+        target."""
         rounds, warmup = self.options.rounds, self.options.warmup
         print("Agent Framework resume: through the adapter vs the framework's own, directly")
-        load = common.load_average()
-        print(f"  redis: {self.server}; load average {load} on {os.cpu_count()} cores")
+        print(adapter_resume.redis_line(self.server))
         print(f"  rounds: {rounds} each way, after {warmup} warm-up rounds, alternating")
-        for name, pair, direct_is in (
+        for name, (direct, adapter), direct_is in (
             ("agent", self.agent, "from_dict + agent.run(responses) + to_dict, in Redis"),
             ("workflow", self.workflow, "workflow.run(responses, checkpoint_id) + next checkpoint"),
         ):
             print(f"  {name}: direct = {direct_is}")
-            print(f"  {'':<10}{'median':>10}  {'p90':>10}  {'cpu median':>10}")
-            for side, samples in zip(("direct", "adapter"), pair, strict=True):
-                ordered = sorted(samples.wall)
-                p90 = ordered[int(0.9 * (len(ordered) - 1))]
-                print(
-                    f"  {side:<10}{_ms(statistics.median(ordered))}  {_ms(p90)}  "
-                    f"{_ms(statistics.median(samples.cpu))}"
-                )
-            ratio = self.ratio(pair)
-            verdict = "OK" if ratio <= RATIO_TARGET else "ABOVE TARGET"
-            print(f"  ratio adapter/direct: {ratio:.2f}x (target <= {RATIO_TARGET}x: {verdict})")
-
-
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1000:7.2f} ms"
+            adapter_resume.print_table({"direct": direct, "adapter": adapter})
+            print(adapter_resume.ratio_line(adapter_resume.ratio(direct, adapter)))
 
 
 def run(server: RedisServer, options: Options) -> AgentFrameworkReport:
     """Time both ways for both kinds of run on ``server``, checkpoints in a temporary folder."""
     ACTED.clear()
     forget_built()
-    with common.namespaced_client(server, "benchaf") as (redis, namespace):
-        handoffs = Handoffs(redis, namespace=namespace)
-        with tempfile.TemporaryDirectory() as folder:
+    with (
+        adapter_resume.handoffs_of_run(server, "benchaf") as handoffs,
+        tempfile.TemporaryDirectory() as folder,
+    ):
 
-            async def measure() -> tuple[tuple[Samples, Samples], tuple[Samples, Samples]]:
-                agent = await time_agent(handoffs, options.rounds, options.warmup)
-                flow = await time_workflow(handoffs, folder, options.rounds, options.warmup)
-                return agent, flow
+        async def measure() -> tuple[tuple[Samples, Samples], tuple[Samples, Samples]]:
+            agent = await time_agent(handoffs, options.rounds, options.warmup)
+            flow = await time_workflow(handoffs, folder, options.rounds, options.warmup)
+            return agent, flow
 
-            agent, flow = asyncio.run(measure())
+        agent, flow = asyncio.run(measure())
     forget_built()
     _check_acted()
     return AgentFrameworkReport(server.description, options, agent, flow)
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    """Command-line options."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    common.add_redis_option(parser)
-    common.add_options(
-        parser, Options(), {"rounds": "timed resumes each way", "warmup": "untimed resumes first"}
-    )
-    return parser.parse_args(argv)
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; 0 when both ratios meet the target, 1 otherwise."""
-    return common.measure_and_print(parse_args(argv), Options, run, passed=common.all_targets_met)
+    return adapter_resume.main(argv, __doc__ or "", Options, run)
 
 
 if __name__ == "__main__":

@@ -55,26 +55,32 @@ from slack_sdk.signature import SignatureVerifier
 from bench import common
 from bench.click_targets import RESUME_TARGET, started_key
 from bench.common import Figure, RedisServer, Target
+from bench.our_stack import (
+    CHANNEL,
+    SIGNING_SECRET,
+    run_redis,
+    server_env,
+    spawn_serve,
+    spawn_workers,
+    start_processes,
+    start_standin,
+    wait_for_serve,
+)
 from bench.processes import (
-    CLI,
     HOST,
     Processes,
     free_port,
-    subprocess_env,
     wait_for_workers,
     wait_until_answering,
 )
 from bench.targets import METADATA_KEY, count_key, ids_key
 from bot.blockkit import ids as block_ids
-from bot.http.wsgi import EVENTS_PATH, HEALTH_PATH
+from bot.http.wsgi import EVENTS_PATH
 from bot.standin import SlackStandIn, StandInUser
 from store.models import Handoff, Status, TaskState
 from worker.client import Handoffs
 from worker.queues import TaskQueues
 
-SIGNING_SECRET = "bench-signing-secret-0123456789abcdef"
-BOT_TOKEN = "xoxb-bench-bot-token"
-CHANNEL = "C0BENCHCLICKS"
 REVIEWER = "U0BENCHREVIEWER"
 """The one reviewer of every handoff: the user who clicks."""
 
@@ -134,20 +140,6 @@ QUICK = Options(
 
 
 # -- the processes under test -----------------------------------------------------------
-
-
-def server_env(redis_url: str, api_url: str, namespace: str, queue: str) -> dict[str, str]:
-    """The environment of every subprocess: the stand-in as Slack, the run's namespace
-    and queue, and nothing of this process's Slack or handoff settings."""
-    return subprocess_env(
-        redis_url,
-        SLACK_BOT_TOKEN=BOT_TOKEN,
-        SLACK_SIGNING_SECRET=SIGNING_SECRET,
-        SLACK_API_URL=api_url,
-        HANDOFF_CHANNEL=CHANNEL,
-        HANDOFF_NAMESPACE=namespace,
-        HANDOFF_QUEUE=queue,
-    )
 
 
 def gunicorn_options(options: Options, port: int) -> list[str]:
@@ -866,39 +858,26 @@ def start_rig(options: Options, url: str, namespace: str, cleanup: contextlib.Ex
     ``cleanup`` stops them all and deletes the run's keys; the logs are removed then
     unless the run asks to keep them (``rig.processes.keep_logs``)."""
     queue = namespace
-    redis = Redis.from_url(url)
-    cleanup.callback(redis.close)
-    cleanup.callback(common.delete_queue, redis, queue)
-    cleanup.callback(common.delete_namespace, redis, namespace)
-    standin = SlackStandIn(
-        signing_secret=SIGNING_SECRET,
-        bot_token=BOT_TOKEN,
-        users=[StandInUser(REVIEWER, "reviewer")],
-        ack_timeout=REQUEST_TIMEOUT_SECONDS,
+    redis = run_redis(url, namespace, queue, cleanup)
+    standin = start_standin(
+        cleanup, users=[StandInUser(REVIEWER, "reviewer")], ack_timeout=REQUEST_TIMEOUT_SECONDS
     )
-    standin.start()
-    cleanup.callback(standin.stop)
-    processes = Processes("handoff-clicks-")
-    cleanup.callback(processes.finish)
+    processes = start_processes("handoff-clicks-", cleanup)
 
     env = server_env(url, standin.api_url, namespace, queue)
-    serve_port, bare_port = free_port(), free_port()
-    serve_options = ["--host", HOST, "--port", str(serve_port)]
-    serve_options += ["--workers", str(options.serve_workers), "--threads", str(options.threads)]
-    processes.spawn("serve", [*CLI, "serve", *serve_options], env)
-    off_port = free_port()
-    off_options = [*serve_options[:2], "--port", str(off_port), *serve_options[4:]]
-    processes.spawn("serve-off", [*CLI, "serve", *off_options], {**env, "HANDOFF_METRICS": "false"})
+    sizes = {"serve_workers": options.serve_workers, "threads": options.threads}
+    serve_port = spawn_serve(processes, "serve", env, **sizes)
+    off_env = {**env, "HANDOFF_METRICS": "false"}
+    off_port = spawn_serve(processes, "serve-off", off_env, **sizes)
+    bare_port = free_port()
     processes.spawn(
         "bare",
         [sys.executable, "-m", "gunicorn", *gunicorn_options(options, bare_port), BARE_APP],
         env,
     )
-    # Worker names carry the queue's, so the cleanup finds their RQ keys.
-    worker_names = [f"{queue}-worker{n}" for n in range(options.workers)]
-    processes.spawn_workers(worker_names, env)
-    wait_until_answering(processes, "serve", f"http://{HOST}:{serve_port}{HEALTH_PATH}")
-    wait_until_answering(processes, "serve-off", f"http://{HOST}:{off_port}{HEALTH_PATH}")
+    worker_names = spawn_workers(processes, queue, options.workers, env)
+    wait_for_serve(processes, "serve", serve_port)
+    wait_for_serve(processes, "serve-off", off_port)
     wait_until_answering(processes, "bare", f"http://{HOST}:{bare_port}{EVENTS_PATH}")
     wait_for_workers(redis, processes, worker_names)
     common.progress(f"servers and workers up; logs in {processes.log_dir}")

@@ -29,14 +29,10 @@ Run from the repository root::
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import os
-import statistics
 import sys
 import tempfile
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -47,22 +43,21 @@ os.environ.setdefault("CREWAI_TRACING_ENABLED", "false")
 from crewai.flow import Flow, human_feedback, listen, start
 from crewai.flow.async_feedback import HumanFeedbackPending, PendingFeedbackContext
 from crewai.flow.persistence import SQLiteFlowPersistence
-from redis import Redis
 
-from bench import common
-from bench.common import Figure, RedisServer, Target
+from bench import adapter_resume
+from bench.adapter_resume import ResumeReport, Samples
+from bench.common import RedisServer
 from worker.adapters.crewai import SlackFeedbackProvider, resume_flow
 from worker.client import Handoffs
 
-RATIO_TARGET = 1.5
-"""Adapter resume time over direct resume time that the design aims for (at most)."""
-
 STOPS = 2
 """Feedback steps each run pauses at before it finishes."""
+FIGURE = "CrewAI Flow resume, adapter / direct (median)"
+TITLE = "CrewAI Flow resume: through the adapter vs Flow.from_pending(...).resume(...)"
 
 
 @dataclass(frozen=True)
-class Options:
+class Options(adapter_resume.Options):
     """The sizes of a run."""
 
     rounds: int = 50
@@ -128,24 +123,10 @@ class AdapterFlow(_Quiet):
         return f"done: {result.feedback}"
 
 
-@dataclass
-class Samples:
-    """Seconds per resume, wall-clock and CPU (this process)."""
-
-    wall: list[float] = field(default_factory=list)
-    cpu: list[float] = field(default_factory=list)
-
-    def add(self, wall: float, cpu: float) -> None:
-        self.wall.append(wall)
-        self.cpu.append(cpu)
-
-
-def time_resumes(redis: Redis, rounds: int, warmup: int, db: Path) -> tuple[Samples, Samples]:
+def time_resumes(handoffs: Handoffs, rounds: int, warmup: int, db: Path) -> tuple[Samples, Samples]:
     """Time ``rounds`` runs' resumes each way (after ``warmup`` runs), alternating: each
     run pauses ``STOPS`` times, so half the resumes pause at the next step and half finish
     the run."""
-    namespace = common.new_namespace("benchcw", 10)
-    handoffs = Handoffs(redis, namespace=namespace)
     slack._handoffs = handoffs
     persistence = SQLiteFlowPersistence(str(db))
     direct, through_adapter = Samples(), Samples()
@@ -154,24 +135,17 @@ def time_resumes(redis: Redis, rounds: int, warmup: int, db: Path) -> tuple[Samp
             timed = i >= warmup
             outcome: Any = DirectFlow(persistence=persistence).kickoff()
             while isinstance(outcome, HumanFeedbackPending):
-                wall, cpu = time.perf_counter(), time.process_time()
-                flow = DirectFlow.from_pending(outcome.context.flow_id, persistence)
-                outcome = flow.resume("fine")
-                if timed:
-                    direct.add(time.perf_counter() - wall, time.process_time() - cpu)
+                with direct.timing(timed):
+                    flow = DirectFlow.from_pending(outcome.context.flow_id, persistence)
+                    outcome = flow.resume("fine")
             if outcome != "done: fine":
                 raise AssertionError(f"the direct run ended {outcome!r}")
 
             paused = AdapterFlow(persistence=persistence).kickoff()
             flow_id = paused.context.flow_id  # type: ignore[union-attr]
-            pending = handoffs.list_pending(run_id=flow_id).items
-            while pending:
-                decided = handoffs.decide(pending[0].id, "answered", by="U_BENCH", answer="fine")
-                wall, cpu = time.perf_counter(), time.process_time()
-                asyncio.run(resume_flow(decided, handoffs=handoffs))
-                if timed:
-                    through_adapter.add(time.perf_counter() - wall, time.process_time() - cpu)
-                pending = handoffs.list_pending(run_id=flow_id).items
+            adapter_resume.decide_and_resume_each(
+                handoffs, flow_id, through_adapter, timed, resume_flow, "answered", answer="fine"
+            )
             if slack.final_output(flow_id) != "done: fine":
                 raise AssertionError(
                     f"flow {flow_id} did not finish: {slack.final_output(flow_id)}"
@@ -179,88 +153,24 @@ def time_resumes(redis: Redis, rounds: int, warmup: int, db: Path) -> tuple[Samp
         return direct, through_adapter
     finally:
         slack._handoffs = None
-        common.delete_namespace(redis, namespace)
 
 
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1000:7.2f} ms"
-
-
-@dataclass
-class CrewAIReport:
-    """Resume times both ways."""
-
-    server: str
-    options: Options
-    direct: Samples
-    adapter: Samples
-    problems: list[str] = field(default_factory=list)
-
-    @property
-    def ratio(self) -> float:
-        """Adapter over direct, wall-clock medians."""
-        return statistics.median(self.adapter.wall) / statistics.median(self.direct.wall)
-
-    def figures(self) -> list[Figure]:
-        """The row for ``bench/run_all``'s table."""
-        return [
-            Figure(
-                "CrewAI Flow resume, adapter / direct (median)",
-                self.ratio,
-                "x",
-                Target("<=", RATIO_TARGET),
-            )
-        ]
-
-    def print_report(self) -> None:
-        """Both ways' medians, p90 and CPU; the ratio next to its target."""
-        median = statistics.median
-
-        def row(name: str, samples: Samples) -> str:
-            ordered = sorted(samples.wall)
-            p90 = ordered[int(0.9 * (len(ordered) - 1))]
-            return f"  {name:<8}{_ms(median(samples.wall))}  {_ms(p90)}  {_ms(median(samples.cpu))}"
-
-        print("CrewAI Flow resume: through the adapter vs Flow.from_pending(...).resume(...)")
-        print(f"  redis: {self.server}; load average {common.load_average()}")
-        print(
-            f"  runs: {self.options.rounds} each way ({STOPS} resumes each), after "
-            f"{self.options.warmup} warm-up runs; an adapter resume that does not finish the "
-            "flow hands the next step to a person"
-        )
-        print(f"  {'':<8}{'median':>10}  {'p90':>10}  {'cpu median':>10}")
-        print(row("direct", self.direct))
-        print(row("adapter", self.adapter))
-        verdict = "OK" if self.ratio <= RATIO_TARGET else "ABOVE TARGET"
-        print(f"  ratio adapter/direct: {self.ratio:.2f}x (target <= {RATIO_TARGET}x: {verdict})")
-
-
-def run(server: RedisServer, options: Options) -> CrewAIReport:
+def run(server: RedisServer, options: Options) -> ResumeReport:
     """Time both ways on ``server``."""
-    redis = server.client()
-    with tempfile.TemporaryDirectory(prefix="bench-crewai-") as tmp:
-        try:
-            direct, adapter = time_resumes(
-                redis, options.rounds, options.warmup, Path(tmp) / "flows.db"
-            )
-        finally:
-            redis.close()
-    return CrewAIReport(server.description, options, direct, adapter)
-
-
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    """Command-line options."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    common.add_redis_option(parser)
-    common.add_options(
-        parser, Options(), {"rounds": "timed runs each way", "warmup": "untimed runs first"}
-    )
-    return parser.parse_args(argv)
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-crewai-") as tmp,
+        adapter_resume.handoffs_of_run(server, "benchcw") as handoffs,
+    ):
+        direct, adapter = time_resumes(
+            handoffs, options.rounds, options.warmup, Path(tmp) / "flows.db"
+        )
+    details = [adapter_resume.runs_line(options, STOPS, "flow hands the next step to a person")]
+    return ResumeReport(server.description, options, direct, adapter, FIGURE, TITLE, details)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; 0 when the ratio meets the target, 1 otherwise."""
-    return common.measure_and_print(parse_args(argv), Options, run, passed=common.all_targets_met)
+    return adapter_resume.main(argv, __doc__ or "", Options, run, counted="runs")
 
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ Run from the repository root::
 
 from __future__ import annotations
 
-import argparse
 import operator
 import os
 import sqlite3
@@ -33,43 +32,30 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
-from redis import Redis
 
-from bench import common
-from bench.common import Figure, RedisServer, Target
+from bench import adapter_resume, common
+from bench.adapter_resume import Options, ResumeReport, Samples
+from bench.common import RedisServer
 from store.models import Handoff
 from worker.adapters.langgraph import LangGraphHandoffs, resume_thread
 from worker.adapters.pauses import forget_built
 from worker.client import Handoffs
 
-RATIO_TARGET = 1.5
-"""Adapter resume time over direct resume time that the design aims for (at most)."""
+QUICK = adapter_resume.QUICK
+"""A smoke run: seconds, not figures."""
 
 CHECKPOINTS_ENV = "BENCH_LANGGRAPH_CHECKPOINTS"
 """Environment variable naming the SQLite file the benchmark graph checkpoints to."""
 
 GRAPH_FACTORY = "bench.langgraph_resume:build_graph"
-
-
-@dataclass(frozen=True)
-class Options:
-    """The sizes of a run."""
-
-    rounds: int = 200
-    """Timed resumes each way."""
-    warmup: int = 20
-    """Untimed resumes first."""
-
-
-QUICK = Options(rounds=3, warmup=1)
-"""A smoke run: seconds, not figures."""
+FIGURE = "LangGraph resume, adapter / direct (median)"
+TITLE = "LangGraph resume: through the adapter vs graph.invoke(Command(resume=...)) directly"
 
 
 class LoopState(TypedDict, total=False):
@@ -102,14 +88,6 @@ def build_graph() -> Any:
     return builder.compile(checkpointer=SqliteSaver(conn))
 
 
-@dataclass
-class Samples:
-    """Seconds per resume, wall-clock and CPU (this process, all threads)."""
-
-    wall: list[float] = field(default_factory=list)
-    cpu: list[float] = field(default_factory=list)
-
-
 class TimedHandoffs(Handoffs):
     """``Handoffs`` that adds up the wall time spent creating handoffs (the adapter's
     hand-off of the next interrupt), to break the adapter's figure down."""
@@ -124,48 +102,39 @@ class TimedHandoffs(Handoffs):
             self.creating += time.perf_counter() - started
 
 
-def time_resumes(redis: Redis, rounds: int, warmup: int) -> tuple[Samples, Samples, list[float]]:
+def time_resumes(
+    handoffs: TimedHandoffs, rounds: int, warmup: int
+) -> tuple[Samples, Samples, list[float]]:
     """Time ``rounds`` resumes each way (after ``warmup``): direct, adapter, and the part
     of each adapter resume spent creating the next handoff."""
-    namespace = common.new_namespace("benchlg", 10)
-    handoffs = TimedHandoffs(redis, namespace=namespace)
     adapter = LangGraphHandoffs(handoffs, GRAPH_FACTORY)
     total = rounds + warmup
-    try:
-        graph = adapter.graph
-        direct_config = {"configurable": {"thread_id": "direct"}}
-        result = graph.invoke({"limit": total}, direct_config, durability="sync")
-        interrupt_id = result["__interrupt__"][0].id
-        [pending] = adapter.start({"limit": total}, thread_id="adapter").handoffs
+    graph = adapter.graph
+    direct_config = {"configurable": {"thread_id": "direct"}}
+    result = graph.invoke({"limit": total}, direct_config, durability="sync")
+    interrupt_id = result["__interrupt__"][0].id
+    [pending] = adapter.start({"limit": total}, thread_id="adapter").handoffs
 
-        direct, through_adapter, creating = Samples(), Samples(), []
-        for i in range(total):
-            resume: Command[Any] = Command(resume={interrupt_id: {"type": "approve"}})
-            wall, cpu = time.perf_counter(), time.process_time()
+    direct, through_adapter, creating = Samples(), Samples(), []
+    for i in range(total):
+        keep = i >= warmup
+        resume: Command[Any] = Command(resume={interrupt_id: {"type": "approve"}})
+        with direct.timing(keep):
             result = graph.invoke(resume, direct_config, durability="sync")
-            direct_wall, direct_cpu = time.perf_counter() - wall, time.process_time() - cpu
-            if i + 1 < total:
-                interrupt_id = result["__interrupt__"][0].id
+        if i + 1 < total:
+            interrupt_id = result["__interrupt__"][0].id
 
-            decided = handoffs.decide(pending.id, "approved", by="U_BENCH")
-            handoffs.creating = 0.0
-            wall, cpu = time.perf_counter(), time.process_time()
+        decided = handoffs.decide(pending.id, "approved", by=adapter_resume.DECIDER)
+        handoffs.creating = 0.0
+        with through_adapter.timing(keep):
             resume_thread(decided, handoffs=handoffs)
-            adapter_wall, adapter_cpu = time.perf_counter() - wall, time.process_time() - cpu
-            if i + 1 < total:
-                [pending] = handoffs.list_pending().items
-
-            if i >= warmup:
-                direct.wall.append(direct_wall)
-                direct.cpu.append(direct_cpu)
-                through_adapter.wall.append(adapter_wall)
-                through_adapter.cpu.append(adapter_cpu)
-                creating.append(handoffs.creating)
-        _check_same_run(graph, direct_config, total)
-        _check_same_run(graph, {"configurable": {"thread_id": "adapter"}}, total)
-        return direct, through_adapter, creating
-    finally:
-        common.delete_namespace(redis, namespace)
+        if i + 1 < total:
+            [pending] = handoffs.list_pending().items
+        if keep:
+            creating.append(handoffs.creating)
+    _check_same_run(graph, direct_config, total)
+    _check_same_run(graph, {"configurable": {"thread_id": "adapter"}}, total)
+    return direct, through_adapter, creating
 
 
 def _check_same_run(graph: Any, config: dict[str, Any], total: int) -> None:
@@ -174,121 +143,60 @@ def _check_same_run(graph: Any, config: dict[str, Any], total: int) -> None:
         raise AssertionError(f"thread {config} did not run every step once: {done}")
 
 
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1000:7.2f} ms"
+HOW = [
+    "  graph: review (interrupt) -> act -> review ..., two threads, rounds alternate",
+    "  timed, per resume, in this process:",
+    "    direct  = graph.invoke(Command(resume={interrupt_id: value}), config)",
+    "    adapter = resume_thread(decided_handoff): what a worker runs (pause claim,",
+    "              pending-interrupt check, the same invoke, bookkeeping, and the next",
+    "              interrupt handed to a person); not timed: the decision itself,",
+    "              RQ dispatch, the work-horse fork",
+]
+"""What the report says was timed."""
 
 
-@dataclass
-class LangGraphReport:
-    """Resume times both ways, and where the adapter's extra time goes."""
-
-    server: str
-    checkpoints: Path
-    options: Options
-    direct: Samples
-    adapter: Samples
-    creating: list[float]
-    """Seconds of each adapter resume spent creating the next handoff."""
-    problems: list[str] = field(default_factory=list)
-
-    @property
-    def ratio(self) -> float:
-        """Adapter over direct, wall-clock medians."""
-        return statistics.median(self.adapter.wall) / statistics.median(self.direct.wall)
-
-    def figures(self) -> list[Figure]:
-        """The row for ``bench/run_all``'s table."""
-        return [
-            Figure(
-                "LangGraph resume, adapter / direct (median)",
-                self.ratio,
-                "x",
-                Target("<=", RATIO_TARGET),
-            )
-        ]
-
-    def print_report(self) -> None:
-        """Both ways' medians, p90, means and CPU; the ratio next to its target."""
-        _print_report(self)
+def breakdown(direct: Samples, adapter: Samples, creating: list[float]) -> list[str]:
+    """How much the adapter adds, how much of it creating the next handoff takes
+    (``creating``: seconds of each adapter resume), and the ratio by CPU and without that
+    creation."""
+    median = statistics.median
+    added = median(adapter.wall) - median(direct.wall)
+    without_handoff = [a - c for a, c in zip(adapter.wall, creating, strict=True)]
+    by_cpu = median(adapter.cpu) / median(direct.cpu)
+    resume_only = median(without_handoff) / median(direct.wall)
+    return [
+        f"  adapter adds {added * 1000:.2f} ms per resume (median), of which "
+        f"{median(creating) * 1000:.2f} ms create the next handoff",
+        f"  ratio by cpu median {by_cpu:.2f}x; by wall median without creating the next "
+        f"handoff {resume_only:.2f}x",
+    ]
 
 
-def run(server: RedisServer, options: Options) -> LangGraphReport:
+def run(server: RedisServer, options: Options) -> ResumeReport:
     """Time both ways on ``server``, with a SQLite checkpointer in a temporary folder."""
     with tempfile.TemporaryDirectory() as folder:
         checkpoints = Path(folder) / "checkpoints.sqlite"
         os.environ[CHECKPOINTS_ENV] = str(checkpoints)
         forget_built()
-        redis = server.client()
         try:
-            direct, adapter, creating = time_resumes(redis, options.rounds, options.warmup)
+            with common.namespaced_client(server, "benchlg") as (redis, namespace):
+                handoffs = TimedHandoffs(redis, namespace=namespace)
+                direct, adapter, creating = time_resumes(handoffs, options.rounds, options.warmup)
         finally:
-            redis.close()
             forget_built()  # the graph's SQLite connection points into the folder
-    return LangGraphReport(server.description, checkpoints, options, direct, adapter, creating)
-
-
-def _print_report(result: LangGraphReport) -> None:
-    """Print the figures."""
-    direct, adapter, creating = result.direct, result.adapter, result.creating
-    rounds, warmup = result.options.rounds, result.options.warmup
-    median = statistics.median
-
-    def row(name: str, samples: Samples) -> str:
-        ordered = sorted(samples.wall)
-        p90 = ordered[int(0.9 * (len(ordered) - 1))]
-        return (
-            f"  {name:<8}{_ms(median(samples.wall))}  {_ms(p90)}  "
-            f"{_ms(statistics.fmean(samples.wall))}  {_ms(median(samples.cpu))}"
-        )
-
-    ratio = result.ratio
-    ratio_cpu = median(adapter.cpu) / median(direct.cpu)
-    without_handoff = [a - c for a, c in zip(adapter.wall, creating, strict=True)]
-    ratio_resume_only = median(without_handoff) / median(direct.wall)
-    ok = ratio <= RATIO_TARGET
-    print("LangGraph resume: through the adapter vs graph.invoke(Command(resume=...)) directly")
-    print(
-        f"  redis: {result.server}; load average {common.load_average()} on {os.cpu_count()} cores"
-    )
-    print(f"  checkpointer: SqliteSaver on {result.checkpoints}, durability='sync' for both")
-    print("  graph: review (interrupt) -> act -> review ..., two threads, rounds alternate")
-    print("  timed, per resume, in this process:")
-    print("    direct  = graph.invoke(Command(resume={interrupt_id: value}), config)")
-    print("    adapter = resume_thread(decided_handoff): what a worker runs (pause claim,")
-    print("              pending-interrupt check, the same invoke, bookkeeping, and the next")
-    print("              interrupt handed to a person); not timed: the decision itself,")
-    print("              RQ dispatch, the work-horse fork")
-    print(f"  rounds: {rounds} each way, after {warmup} warm-up rounds")
-    print(f"  {'':<8}{'median':>10}  {'p90':>10}  {'mean':>10}  {'cpu median':>10}")
-    print(row("direct", direct))
-    print(row("adapter", adapter))
-    print(
-        f"  adapter adds {(median(adapter.wall) - median(direct.wall)) * 1000:.2f} ms per "
-        f"resume (median), of which {median(creating) * 1000:.2f} ms create the next handoff"
-    )
-    verdict = "OK" if ok else "ABOVE TARGET"
-    print(
-        f"  ratio adapter/direct: {ratio:.2f}x wall median   (target <= {RATIO_TARGET}x: {verdict})"
-    )
-    print(
-        f"                        {ratio_cpu:.2f}x cpu median, {ratio_resume_only:.2f}x wall "
-        "median without creating the next handoff"
-    )
-
-
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    """Command-line options."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    common.add_redis_option(parser)
-    common.add_options(
-        parser, Options(), {"rounds": "timed resumes each way", "warmup": "untimed resumes first"}
-    )
-    return parser.parse_args(argv)
+    details = [
+        f"  checkpointer: SqliteSaver on {checkpoints}, durability='sync' for both",
+        *HOW,
+        adapter_resume.rounds_line(options),
+    ]
+    report = ResumeReport(server.description, options, direct, adapter, FIGURE, TITLE, details)
+    report.remarks = breakdown(direct, adapter, creating)
+    return report
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; 0 when the ratio meets the target, 1 otherwise."""
-    return common.measure_and_print(parse_args(argv), Options, run, passed=common.all_targets_met)
+    return adapter_resume.main(argv, __doc__ or "", Options, run)
 
 
 if __name__ == "__main__":

@@ -92,17 +92,23 @@ from slack_sdk.signature import SignatureVerifier
 from bench import common
 from bench.api import Failures, create_keys
 from bench.clicks import (
-    BOT_TOKEN,
-    SIGNING_SECRET,
     CpuMeter,
     get_all,
     group_cpu_seconds,
     redis_cpu_seconds,
-    server_env,
     wait_until_posted,
 )
 from bench.common import Figure, RedisServer, Target
 from bench.memory import usage_by_kind
+from bench.our_stack import (
+    SIGNING_SECRET,
+    run_redis,
+    server_env,
+    spawn_serve,
+    spawn_workers,
+    start_standin,
+    wait_for_serve,
+)
 from bench.peer_agents import REVIEWER
 from bench.processes import (
     CLI,
@@ -114,8 +120,8 @@ from bench.processes import (
     wait_until_answering,
 )
 from bot.blockkit import ids as block_ids
-from bot.http.wsgi import EVENTS_PATH, HEALTH_PATH
-from bot.standin import SlackStandIn, StandInUser
+from bot.http.wsgi import EVENTS_PATH
+from bot.standin import StandInUser
 from bot.standin.server import interaction_body
 from worker.client import Handoffs
 from worker.queues import TaskQueues
@@ -536,30 +542,23 @@ class OurStack:
         self.processes = processes
         self.redis_url = server.url
         self.namespace = common.new_namespace("benchpeers")  # also the RQ queue's name
-        self.redis: Redis = Redis.from_url(server.url)
-        cleanup.callback(self.redis.close)
-        cleanup.callback(common.delete_queue, self.redis, self.namespace)
-        cleanup.callback(common.delete_namespace, self.redis, self.namespace)
+        self.redis: Redis = run_redis(server.url, self.namespace, self.namespace, cleanup)
         # Run first on the way out: no worker may write keys once they are deleted.
         cleanup.callback(processes.stop_all)
         self.handoffs = Handoffs(self.redis, namespace=self.namespace)
-        self.standin = SlackStandIn(
-            signing_secret=SIGNING_SECRET,
-            bot_token=BOT_TOKEN,
-            users=[StandInUser(REVIEWER, "reviewer")],
-            ack_timeout=REQUEST_TIMEOUT_SECONDS,
+        self.standin = start_standin(
+            cleanup, users=[StandInUser(REVIEWER, "reviewer")], ack_timeout=REQUEST_TIMEOUT_SECONDS
         )
-        self.standin.start()
-        cleanup.callback(self.standin.stop)
         self.env = server_env(server.url, self.standin.api_url, self.namespace, self.namespace)
-        self.serve_port = free_port()
-        serve = ["serve", "--host", HOST, "--port", str(self.serve_port)]
-        serve += ["--workers", str(options.serve_workers), "--threads", str(options.threads)]
-        processes.spawn("serve", [*CLI, *serve], self.env)
-        # Worker names carry the queue's, so the cleanup finds their RQ keys.
-        self.worker_names = [f"{self.namespace}-worker{n}" for n in range(options.workers)]
-        processes.spawn_workers(self.worker_names, self.env)
-        wait_until_answering(processes, "serve", f"http://{HOST}:{self.serve_port}{HEALTH_PATH}")
+        self.serve_port = spawn_serve(
+            processes,
+            "serve",
+            self.env,
+            serve_workers=options.serve_workers,
+            threads=options.threads,
+        )
+        self.worker_names = spawn_workers(processes, self.namespace, options.workers, self.env)
+        wait_for_serve(processes, "serve", self.serve_port)
         wait_for_workers(self.redis, processes, self.worker_names)
         self.api_port: int | None = None
         self.api_key = ""

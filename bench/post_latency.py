@@ -37,9 +37,10 @@ from redis import Redis
 from rq.registry import StartedJobRegistry
 
 from bench import common
-from bench.clicks import BOT_TOKEN, SIGNING_SECRET, server_env, wait_until_posted
+from bench.clicks import wait_until_posted
 from bench.common import Figure, RedisServer, Target
 from bench.lifecycle import run_threads
+from bench.our_stack import run_redis, server_env, spawn_workers, start_processes, start_standin
 from bench.processes import Processes, wait_for_workers
 from bot.standin import SlackStandIn
 from store.models import TaskState
@@ -310,19 +311,11 @@ def run(server: RedisServer, options: Options) -> PostLatencyReport:
     namespace = common.new_namespace("benchposts")  # also the RQ queue's name
     report = PostLatencyReport(server.description, options)
     with contextlib.ExitStack() as cleanup:
-        redis = Redis.from_url(server.url)
-        cleanup.callback(redis.close)
-        cleanup.callback(common.delete_queue, redis, namespace)
-        cleanup.callback(common.delete_namespace, redis, namespace)
-        standin = SlackStandIn(signing_secret=SIGNING_SECRET, bot_token=BOT_TOKEN)
-        standin.start()
-        cleanup.callback(standin.stop)
-        processes = Processes("handoff-bench-posts-")
-        cleanup.callback(processes.finish)
+        redis = run_redis(server.url, namespace, namespace, cleanup)
+        standin = start_standin(cleanup)
+        processes = start_processes("handoff-bench-posts-", cleanup)
         env = server_env(server.url, standin.api_url, namespace, namespace)
-        # Worker names carry the queue's, so the cleanup finds their RQ keys.
-        names = [f"{namespace}-worker{n}" for n in range(options.workers)]
-        processes.spawn_workers(names, env)
+        names = spawn_workers(processes, namespace, options.workers, env)
         wait_for_workers(redis, processes, names)
         rig = Rig(redis, standin, namespace, processes)
         measure_idle(rig, 0, WARMUP, options.timeout)

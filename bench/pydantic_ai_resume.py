@@ -28,34 +28,29 @@ Run from the repository root::
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import statistics
 import sys
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
-from redis import Redis
 
-from bench import common
-from bench.common import Figure, RedisServer, Target
+from bench import adapter_resume
+from bench.adapter_resume import ResumeReport, Samples
+from bench.common import RedisServer
 from worker.adapters.pauses import forget_built
 from worker.adapters.pydantic_ai import PydanticAIHandoffs, resume_run
 from worker.client import Handoffs
 
-RATIO_TARGET = 1.5
-"""Adapter resume time over direct resume time that the design aims for (at most)."""
-
 AGENT_FACTORY = "bench.pydantic_ai_resume:build_agent"
 STOPS = 2
 """Approvals each run stops for before the model answers."""
+FIGURE = "Pydantic AI resume, adapter / direct (median)"
+TITLE = "Pydantic AI resume: through the adapter vs agent.run(deferred_tool_results=...)"
 
 
 @dataclass(frozen=True)
-class Options:
+class Options(adapter_resume.Options):
     """The sizes of a run."""
 
     rounds: int = 100
@@ -95,135 +90,49 @@ def build_agent() -> Agent[None, str | DeferredToolRequests]:
     return agent
 
 
-@dataclass
-class Samples:
-    """Seconds per resume, wall-clock and CPU (this process)."""
-
-    wall: list[float] = field(default_factory=list)
-    cpu: list[float] = field(default_factory=list)
-
-    def add(self, wall: float, cpu: float) -> None:
-        self.wall.append(wall)
-        self.cpu.append(cpu)
-
-
-def time_resumes(redis: Redis, rounds: int, warmup: int) -> tuple[Samples, Samples]:
+def time_resumes(handoffs: Handoffs, rounds: int, warmup: int) -> tuple[Samples, Samples]:
     """Time ``rounds`` runs' resumes each way (after ``warmup`` runs): each run stops for
     ``STOPS`` approvals, so half the resumes hand the next call to a person and half finish
     the run, as in a run with a couple of approvals."""
-    namespace = common.new_namespace("benchpa", 10)
-    handoffs = Handoffs(redis, namespace=namespace)
     adapter = PydanticAIHandoffs(handoffs, AGENT_FACTORY)
     agent = adapter.agent
     direct, through_adapter = Samples(), Samples()
-    try:
-        for i in range(rounds + warmup):
-            timed = i >= warmup
-            result = agent.run_sync("go")
-            while isinstance(requests := result.output, DeferredToolRequests):
-                approved = {c.tool_call_id: True for c in requests.approvals}
-                wall, cpu = time.perf_counter(), time.process_time()
+    for i in range(rounds + warmup):
+        timed = i >= warmup
+        result = agent.run_sync("go")
+        while isinstance(requests := result.output, DeferredToolRequests):
+            approved = {c.tool_call_id: True for c in requests.approvals}
+            with direct.timing(timed):
                 result = agent.run_sync(
                     message_history=result.all_messages(),
                     deferred_tool_results=DeferredToolResults(approvals=approved),
                 )
-                if timed:
-                    direct.add(time.perf_counter() - wall, time.process_time() - cpu)
 
-            run_id = f"bench-{i}"
-            pending = adapter.run_sync("go", run_id=run_id).handoffs
-            while pending:
-                decided = handoffs.decide(pending[0].id, "approved", by="U_BENCH")
-                wall, cpu = time.perf_counter(), time.process_time()
-                asyncio.run(resume_run(decided, handoffs=handoffs))
-                if timed:
-                    through_adapter.add(time.perf_counter() - wall, time.process_time() - cpu)
-                pending = handoffs.list_pending(run_id=run_id).items
-            if adapter.final_output(run_id) != f"acted {STOPS} times":
-                raise AssertionError(f"run {run_id} did not finish: {adapter.final_output(run_id)}")
-        return direct, through_adapter
-    finally:
-        common.delete_namespace(redis, namespace)
-
-
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1000:7.2f} ms"
-
-
-@dataclass
-class PydanticAIReport:
-    """Resume times both ways."""
-
-    server: str
-    options: Options
-    direct: Samples
-    adapter: Samples
-    problems: list[str] = field(default_factory=list)
-
-    @property
-    def ratio(self) -> float:
-        """Adapter over direct, wall-clock medians."""
-        return statistics.median(self.adapter.wall) / statistics.median(self.direct.wall)
-
-    def figures(self) -> list[Figure]:
-        """The row for ``bench/run_all``'s table."""
-        return [
-            Figure(
-                "Pydantic AI resume, adapter / direct (median)",
-                self.ratio,
-                "x",
-                Target("<=", RATIO_TARGET),
-            )
-        ]
-
-    def print_report(self) -> None:
-        """Both ways' medians, p90 and CPU; the ratio next to its target."""
-        median = statistics.median
-
-        def row(name: str, samples: Samples) -> str:
-            ordered = sorted(samples.wall)
-            p90 = ordered[int(0.9 * (len(ordered) - 1))]
-            return f"  {name:<8}{_ms(median(samples.wall))}  {_ms(p90)}  {_ms(median(samples.cpu))}"
-
-        print("Pydantic AI resume: through the adapter vs agent.run(deferred_tool_results=...)")
-        print(f"  redis: {self.server}; load average {common.load_average()}")
-        print(
-            f"  runs: {self.options.rounds} each way ({STOPS} resumes each), after "
-            f"{self.options.warmup} warm-up runs; an adapter resume that does not finish the "
-            "run hands the next call to a person"
+        run_id = f"bench-{i}"
+        adapter.run_sync("go", run_id=run_id)
+        adapter_resume.decide_and_resume_each(
+            handoffs, run_id, through_adapter, timed, resume_run, "approved"
         )
-        print(f"  {'':<8}{'median':>10}  {'p90':>10}  {'cpu median':>10}")
-        print(row("direct", self.direct))
-        print(row("adapter", self.adapter))
-        verdict = "OK" if self.ratio <= RATIO_TARGET else "ABOVE TARGET"
-        print(f"  ratio adapter/direct: {self.ratio:.2f}x (target <= {RATIO_TARGET}x: {verdict})")
+        if adapter.final_output(run_id) != f"acted {STOPS} times":
+            raise AssertionError(f"run {run_id} did not finish: {adapter.final_output(run_id)}")
+    return direct, through_adapter
 
 
-def run(server: RedisServer, options: Options) -> PydanticAIReport:
+def run(server: RedisServer, options: Options) -> ResumeReport:
     """Time both ways on ``server``."""
     forget_built()
-    redis = server.client()
     try:
-        direct, adapter = time_resumes(redis, options.rounds, options.warmup)
+        with adapter_resume.handoffs_of_run(server, "benchpa") as handoffs:
+            direct, adapter = time_resumes(handoffs, options.rounds, options.warmup)
     finally:
-        redis.close()
         forget_built()
-    return PydanticAIReport(server.description, options, direct, adapter)
-
-
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    """Command-line options."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    common.add_redis_option(parser)
-    common.add_options(
-        parser, Options(), {"rounds": "timed resumes each way", "warmup": "untimed resumes first"}
-    )
-    return parser.parse_args(argv)
+    details = [adapter_resume.runs_line(options, STOPS, "run hands the next call to a person")]
+    return ResumeReport(server.description, options, direct, adapter, FIGURE, TITLE, details)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; 0 when the ratio meets the target, 1 otherwise."""
-    return common.measure_and_print(parse_args(argv), Options, run, passed=common.all_targets_met)
+    return adapter_resume.main(argv, __doc__ or "", Options, run)
 
 
 if __name__ == "__main__":

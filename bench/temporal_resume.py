@@ -27,22 +27,19 @@ Run from the repository root::
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import os
-import statistics
 import sys
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
 
-from bench import common
-from bench.common import Figure, RedisServer, Target
+from bench import adapter_resume
+from bench.adapter_resume import Options, ResumeReport, Samples
+from bench.common import RedisServer
 from store.models import Handoff
 
 # The adapter tests' dev server, worker thread and workflow: one launcher knows the CLI's
@@ -57,80 +54,21 @@ from worker.adapters.temporal import (
 )
 from worker.client import Handoffs
 
-RATIO_TARGET = 1.5
-"""Adapter delivery time over direct ``execute_update`` time that the design aims for."""
-
 TASK_QUEUE = "bench-temporal"
 
-
-@dataclass(frozen=True)
-class Options:
-    """The sizes of a run."""
-
-    rounds: int = 200
-    """Timed deliveries each way."""
-    warmup: int = 20
-    """Untimed deliveries first."""
+QUICK = adapter_resume.QUICK
+"""A smoke run: seconds, not figures (``Options``: deliveries, not resumes)."""
 
 
-QUICK = Options(rounds=3, warmup=1)
-"""A smoke run: seconds, not figures."""
-
-
-@dataclass
-class TemporalReport:
-    """Delivery times both ways."""
-
-    server: str
-    options: Options
-    direct: list[float]
-    adapter: list[float]
-    problems: list[str] = field(default_factory=list)
-
-    @property
-    def ratio(self) -> float:
-        """Adapter over direct, wall-clock medians."""
-        return statistics.median(self.adapter) / statistics.median(self.direct)
-
-    def figures(self) -> list[Figure]:
-        """The row for ``bench/run_all``'s table."""
-        return [
-            Figure(
-                "Temporal decision delivery, adapter / execute_update (median)",
-                self.ratio,
-                "x",
-                Target("<=", RATIO_TARGET),
-            )
-        ]
-
-    def print_report(self) -> None:
-        """Both ways' medians, p90 and means; the ratio next to its target."""
-
-        def row(name: str, samples: list[float]) -> str:
-            p90 = common.percentile(samples, 0.9)
-            return (
-                f"  {name:<8}{_ms(statistics.median(samples))}  {_ms(p90)}  "
-                f"{_ms(statistics.fmean(samples))}"
-            )
-
-        verdict = "OK" if self.ratio <= RATIO_TARGET else "ABOVE TARGET"
-        print("Temporal: a decision through the adapter's resume target vs execute_update")
-        print(f"  redis: {self.server}; load average {common.load_average()} on {os.cpu_count()}")
-        print("  temporal: `temporal server start-dev` on loopback, its worker in this process")
-        print("  timed, per decision, in this process:")
-        print("    direct  = handle.execute_update(DECISION_UPDATE, payload, id=handoff_id)")
-        print("    adapter = deliver_decision(decided_handoff): what a worker runs")
-        print(f"  rounds: {self.options.rounds} each way, after {self.options.warmup} warm-up")
-        print(f"  {'':<8}{'median':>10}  {'p90':>10}  {'mean':>10}")
-        print(row("direct", self.direct))
-        print(row("adapter", self.adapter))
-        print(f"  ratio adapter/direct: {self.ratio:.2f}x (target <= {RATIO_TARGET}x: {verdict})")
-        for problem in self.problems:
-            print(f"  PROBLEM: {problem}")
-
-
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1000:7.2f} ms"
+FIGURE = "Temporal decision delivery, adapter / execute_update (median)"
+TITLE = "Temporal: a decision through the adapter's resume target vs execute_update"
+HOW = [
+    "  temporal: `temporal server start-dev` on loopback, its worker in this process",
+    "  timed, per decision, in this process:",
+    "    direct  = handle.execute_update(DECISION_UPDATE, payload, id=handoff_id)",
+    "    adapter = deliver_decision(decided_handoff): what a worker runs",
+]
+"""What the report says was timed."""
 
 
 async def _pending(handoffs: Handoffs, run_id: str, seen: set[str]) -> Handoff:
@@ -147,7 +85,7 @@ async def _pending(handoffs: Handoffs, run_id: str, seen: set[str]) -> Handoff:
 
 async def time_deliveries(
     address: str, handoffs: Handoffs, options: Options
-) -> tuple[list[float], list[float], list[str]]:
+) -> tuple[Samples, Samples, list[str]]:
     """Time ``options.rounds`` deliveries each way (after the warm-up)."""
     total = options.rounds + options.warmup
     client = await Client.connect(address)
@@ -159,24 +97,20 @@ async def time_deliveries(
             RepeatingWorkflow.run, total, id=workflow_id, task_queue=TASK_QUEUE
         )
     seen: set[str] = set()
-    direct: list[float] = []
-    adapter: list[float] = []
+    direct, adapter = Samples(), Samples()
+    by = adapter_resume.DECIDER
     for i in range(total):
+        keep = i >= options.warmup
         pending = await _pending(handoffs, handles["direct"].id, seen)
-        handoffs.decide(pending.id, "approved", by="U_BENCH")
-        payload = {"handoff_id": pending.id, "status": "approved", "decided_by": "U_BENCH"}
-        started = time.perf_counter()
-        await handles["direct"].execute_update(DECISION_UPDATE, payload, id=pending.id)
-        direct_seconds = time.perf_counter() - started
+        handoffs.decide(pending.id, "approved", by=by)
+        payload = {"handoff_id": pending.id, "status": "approved", "decided_by": by}
+        with direct.timing(keep):
+            await handles["direct"].execute_update(DECISION_UPDATE, payload, id=pending.id)
 
         pending = await _pending(handoffs, handles["adapter"].id, seen)
-        decided = handoffs.decide(pending.id, "approved", by="U_BENCH")
-        started = time.perf_counter()
-        await deliver_decision(decided, handoffs=handoffs, settings=settings)
-        adapter_seconds = time.perf_counter() - started
-        if i >= options.warmup:
-            direct.append(direct_seconds)
-            adapter.append(adapter_seconds)
+        decided = handoffs.decide(pending.id, "approved", by=by)
+        with adapter.timing(keep):
+            await deliver_decision(decided, handoffs=handoffs, settings=settings)
     problems = []
     for way, handle in handles.items():
         taken = await handle.result()
@@ -185,12 +119,12 @@ async def time_deliveries(
     return direct, adapter, problems
 
 
-def run(server: RedisServer, options: Options) -> TemporalReport:
+def run(server: RedisServer, options: Options) -> ResumeReport:
     """Time both ways against a Temporal dev server started for the run."""
-    namespace = common.new_namespace("benchtp", 10)
-    redis = server.client()
-    handoffs = Handoffs(redis, namespace=namespace)
-    with tempfile.TemporaryDirectory() as folder:
+    with (
+        adapter_resume.handoffs_of_run(server, "benchtp") as handoffs,
+        tempfile.TemporaryDirectory() as folder,
+    ):
         temporal = start_dev_server(Path(folder))
         host = TemporalHost(temporal.address)
         try:
@@ -202,26 +136,15 @@ def run(server: RedisServer, options: Options) -> TemporalReport:
         finally:
             host.close()
             temporal.stop()
-            common.delete_namespace(redis, namespace)
-            redis.close()
-    return TemporalReport(server.description, options, direct, adapter, problems)
-
-
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    """Command-line options."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    common.add_redis_option(parser)
-    common.add_options(
-        parser,
-        Options(),
-        {"rounds": "timed deliveries each way", "warmup": "untimed deliveries first"},
-    )
-    return parser.parse_args(argv)
+    details = [*HOW, adapter_resume.rounds_line(options)]
+    report = ResumeReport(server.description, options, direct, adapter, FIGURE, TITLE, details)
+    report.problems = problems
+    return report
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; 0 when the ratio meets the target, 1 otherwise."""
-    return common.measure_and_print(parse_args(argv), Options, run, passed=common.all_targets_met)
+    return adapter_resume.main(argv, __doc__ or "", Options, run, counted="deliveries")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ acknowledged creation or decision is lost, none is decided twice, each is resume
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 from collections import Counter
@@ -27,29 +26,35 @@ from store.exceptions import HandoffNotFound
 from store.keys import KeySpace
 from store.models import Status, TaskState
 from store.settings import StoreSettings, connect
-from tests.conftest import WorkerProcesses, wait_until
+from tests.conftest import WorkerProcesses
 from tests.reliability.test_redis_restart import Traffic as Clicking
-from tests.support import ha_targets, resume_targets
-from tests.support.ha_traffic import DECIDER, GIVE_UP_SECONDS, Traffic, agent
-from tests.support.redis_ha import ClusterNodes, require_redis_server, wait_for
+from tests.support import resume_targets
+from tests.support.ha_traffic import (
+    DECIDER,
+    Traffic,
+    agent,
+    check_clicks_kept,
+    click_figures,
+    decided_by_the_decider,
+    decided_twice,
+    resumes,
+    worker_env,
+)
+from tests.support.redis_ha import ClusterNodes, running, wait_for
 from tests.support.slack_env import ALICE, BOB, SlackEnv, started
 from worker.client import Handoffs
 
 HANDOFFS_PER_NAMESPACE = 10
 TRAFFIC_BEFORE_KILL_SECONDS = 1.5
-TRAFFIC_AFTER_FAILOVER_SECONDS = 2.0
+CLICKING_AFTER_FAILOVER_SECONDS = 3.0
+"""How long people go on clicking on the promoted master before the traffic stops."""
 
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[ClusterNodes]:
-    require_redis_server()
     # Two replicas a master: with HANDOFF_MIN_REPLICA_ACKS=1 the promoted one still has one.
-    running = ClusterNodes(tmp_path / "cluster", replicas=2)
-    try:
-        running.start()
-        yield running
-    finally:
-        running.stop()
+    with running(ClusterNodes(tmp_path / "cluster", replicas=2)) as started_nodes:
+        yield started_nodes
 
 
 def _namespaces_on_two_masters(cluster: ClusterNodes) -> tuple[str, str]:
@@ -62,10 +67,6 @@ def _namespaces_on_two_masters(cluster: ClusterNodes) -> tuple[str, str]:
         if cluster.master_of(KeySpace(other).prefix) != first_master:
             return first, other
     raise AssertionError("no second namespace on another master")
-
-
-def _resumes(witness: Redis) -> Counter[str]:
-    return Counter(json.loads(raw)["id"] for raw in witness.lrange(ha_targets.RESUMED, 0, -1))
 
 
 def test_the_worker_loop_runs_on_a_cluster_and_survives_a_master_failover(
@@ -81,14 +82,11 @@ def test_the_worker_loop_runs_on_a_cluster_and_survives_a_master_failover(
         for ns in namespaces:
             workers.start(
                 extra_env={
+                    **worker_env(redis_url, acks=1),
                     "HANDOFF_NAMESPACE": ns,
                     "HANDOFF_QUEUE": f"q-{ns}",
                     # RQ on the test machine's Redis (this test's database): not on Cluster.
                     "HANDOFF_QUEUE_REDIS_URL": redis_url,
-                    "HANDOFF_MIN_REPLICA_ACKS": "1",
-                    "HANDOFF_RESUME_MODULES": "tests.support.ha_targets",
-                    "HA_WITNESS_URL": redis_url,
-                    "HANDOFF_DISPATCH_TIMEOUT_SECONDS": "3",
                 }
             )
         clients = {ns: agent(cluster.url, 1, namespace=ns) for ns in namespaces}
@@ -119,7 +117,7 @@ def test_the_worker_loop_runs_on_a_cluster_and_survives_a_master_failover(
                 handoffs.decide(handoff_id, Status.APPROVED, by=DECIDER)
         everything = [i for ids in made.values() for i in ids]
         wait_for(
-            lambda: set(everything) <= set(_resumes(redis)),
+            lambda: set(everything) <= set(resumes(redis)),
             timeout=30,
             what="every handoff resumed",
             interval=0.2,
@@ -130,28 +128,11 @@ def test_the_worker_loop_runs_on_a_cluster_and_survives_a_master_failover(
         # A master failover inside the cluster while decisions run on its namespace.
         victim_ns = namespaces[0]
         traffic = Traffic(clients[victim_ns])
-        threads = traffic.start()
+        traffic.start()
         time.sleep(TRAFFIC_BEFORE_KILL_SECONDS)
-        killed_at = time.monotonic()
-        old_master = masters[victim_ns]
-        cluster.server_on(old_master).kill()
-        wait_for(
-            lambda: cluster.master_of(KeySpace(victim_ns).prefix) != old_master,
-            timeout=30,
-            what="the cluster to promote a replica",
-            interval=0.1,
-        )
+        killed_at = cluster.kill_master_of(KeySpace(victim_ns).prefix)
         promoted_after = time.monotonic() - killed_at
-        wait_for(
-            lambda: traffic.failover_seconds(killed_at) < float("inf"),
-            timeout=30,
-            what="a request acknowledged after the failover",
-        )
-        time.sleep(TRAFFIC_AFTER_FAILOVER_SECONDS)
-        traffic.running.clear()
-        for thread in threads:
-            thread.join(timeout=GIVE_UP_SECONDS + 10)
-        assert not traffic.failures, traffic.failures
+        traffic.stop_after_failover(killed_at)
 
         after = clients[victim_ns]
         lost = []
@@ -161,23 +142,17 @@ def test_the_worker_loop_runs_on_a_cluster_and_survives_a_master_failover(
             except HandoffNotFound:
                 lost.append(handoff_id)
                 continue
-            if handoff_id in traffic.decided and (
-                handoff.status is not Status.APPROVED
-                or handoff.resume_data is None
-                or handoff.resume_data.decided_by != DECIDER
-            ):
+            if handoff_id in traffic.decided and not decided_by_the_decider(handoff):
                 lost.append(handoff_id)
-        decided_twice = [
-            h for h in traffic.decided if [e.event for e in after.audit(h)].count("decided") != 1
-        ]
+        twice = decided_twice(after, traffic.decided)
         wait_for(
-            lambda: set(traffic.decided) <= set(_resumes(redis)),
+            lambda: set(traffic.decided) <= set(resumes(redis)),
             timeout=40,
             what="every acknowledged decision resumed",
             interval=0.2,
         )
         time.sleep(1.5)  # a second resume, if any, would show by now
-        counts = _resumes(redis)
+        counts = resumes(redis)
         figures = {
             "promoted_after_s": round(promoted_after, 2),
             "failover_s": round(traffic.failover_seconds(killed_at), 2),
@@ -186,12 +161,12 @@ def test_the_worker_loop_runs_on_a_cluster_and_survives_a_master_failover(
             "try_again": dict(traffic.try_again),
             "last_refusal": traffic.last_refusal,
             "lost": len(lost),
-            "decided_twice": len(decided_twice),
+            "decided_twice": len(twice),
             "resumed_twice": sum(1 for h in everything + traffic.decided if counts[h] > 1),
         }
         print(f"\ncluster failover figures: {json.dumps(figures)}")
         assert traffic.created and traffic.decided, figures
-        assert not lost and not decided_twice, figures
+        assert not lost and not twice, figures
         assert figures["resumed_twice"] == 0, figures
         # The other namespace's master was not touched and still answers.
         other = clients[namespaces[1]]
@@ -218,8 +193,8 @@ def test_the_slack_loop_runs_on_a_cluster_through_a_master_failover(
             "RESUME_WITNESS_URL": redis_url,
         },
     )
-    running = started(env, workers=2)
-    slack = next(running)
+    bot = started(env, workers=2)
+    slack = next(bot)
     try:
         env.handoffs = Handoffs.from_settings(
             StoreSettings.from_env(redis_url=cluster.url, min_replica_acks=1)
@@ -254,52 +229,9 @@ def test_the_slack_loop_runs_on_a_cluster_through_a_master_failover(
         traffic.agent = slack.handoffs
         traffic.start()
         time.sleep(TRAFFIC_BEFORE_KILL_SECONDS + 1)
-        old_master = cluster.master_of(slack.handoffs.store.keys.prefix)
-        cluster.server_on(old_master).kill()
-        wait_for(
-            lambda: cluster.master_of(slack.handoffs.store.keys.prefix) != old_master,
-            timeout=30,
-            what="the cluster to promote a replica",
-            interval=0.1,
-        )
-        time.sleep(TRAFFIC_AFTER_FAILOVER_SECONDS + 1)
-        traffic.creating.clear()
-        created = list(traffic.created)
-        with contextlib.suppress(AssertionError):
-            wait_until(
-                lambda: (
-                    traffic.failures or all(not slack.handoffs.get(i).is_pending for i in created)
-                ),
-                timeout=45,
-            )
-        traffic.stop()
-        pending = [h.id for h in slack.handoffs.store.get_many(created) if h.is_pending]
-        assert not pending, pending
-        for handoff_id, user in traffic.acknowledged.items():
-            decided = slack.handoffs.get(handoff_id)
-            assert decided.status is Status.APPROVED, handoff_id
-            assert decided.resume_data is not None and decided.resume_data.decided_by == user
-        wait_until(
-            lambda: all(slack.handoffs.get(i).resume.state is TaskState.COMPLETED for i in created),
-            timeout=60,
-        )
-        completed = Counter(
-            json.loads(raw)["handoff_id"] for raw in redis.lrange(resume_targets.COMPLETED, 0, -1)
-        )
-        assert {i: completed[i] for i in created} == {i: 1 for i in created}
-        for handoff_id in created:
-            audit = [e.event for e in slack.handoffs.audit(handoff_id)]
-            assert audit.count("decided") == 1, audit
-        assert all(p.poll() is None for p in slack.processes), slack.logs()[-5000:]
-        print(
-            "\ncluster slack figures: "
-            + json.dumps(
-                {
-                    "created": len(created),
-                    "acknowledged_clicks": len(traffic.acknowledged),
-                    "clicks": dict(traffic.clicks),
-                }
-            )
-        )
+        cluster.kill_master_of(slack.handoffs.store.keys.prefix)
+        time.sleep(CLICKING_AFTER_FAILOVER_SECONDS)
+        created = check_clicks_kept(traffic, slack, redis)
+        print(f"\ncluster slack figures: {json.dumps(click_figures(traffic, created))}")
     finally:
-        running.close()
+        bot.close()

@@ -15,7 +15,6 @@ when Slack delivers them again after the outage, and ``/healthz`` answers 503.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
@@ -37,6 +36,7 @@ from bot.standin import Message, Response
 from store.models import Status, TaskState
 from tests.conftest import WorkerProcesses, wait_until
 from tests.support import resume_targets
+from tests.support.ha_traffic import check_clicks_kept
 from tests.support.policies import task_policy
 from tests.support.redis_server import RedisServer
 from tests.support.slack_env import ADMIN, ALICE, BOB, CAROL, CHANNEL, OWNER, SlackEnv, started
@@ -287,24 +287,12 @@ def test_redis_killed_and_restarted_during_traffic_loses_no_acknowledged_decisio
         outages.append(time.monotonic() - down)
         deliver_again(slack, refused_events)
     time.sleep(TRAFFIC_SECONDS)
-    traffic.creating.clear()
-    created = list(traffic.created)
-
-    # Everything created gets decided (the clickers go on) and resumed.
-    with contextlib.suppress(AssertionError):  # the assertions below say what is missing
-        wait_until(
-            lambda: traffic.failures or all(not slack.handoffs.get(i).is_pending for i in created),
-            timeout=60,
-        )
-    traffic.stop()  # raises what went wrong in the agent's or the people's threads
-    pending = [h for h in slack.handoffs.store.get_many(created) if h.is_pending]
-    assert not pending, [(h.id, h.delivery.state, h.message_refs) for h in pending]
+    # Everything created gets decided (the clickers go on), every acknowledged decision by
+    # the person the bot acknowledged, and resumed exactly once to completion, under its
+    # stable idempotency key.
+    created = check_clicks_kept(traffic, slack, slack.redis, decide_timeout=60)
     wait_until(
-        lambda: all(
-            (h := slack.handoffs.get(i)).resume.state is TaskState.COMPLETED
-            and h.notify.state is TaskState.COMPLETED
-            for i in created
-        ),
+        lambda: all(slack.handoffs.get(i).notify.state is TaskState.COMPLETED for i in created),
         timeout=60,
     )
     assert health(slack) == 200
@@ -312,20 +300,8 @@ def test_redis_killed_and_restarted_during_traffic_loses_no_acknowledged_decisio
     answered = slack.handoffs.get(message_handoff(question))
     assert answered.status is Status.ANSWERED, answered
     assert answered.resume_data is not None and answered.resume_data.decided_by == CAROL
-
-    # No acknowledged decision lost: decided, by the person the bot acknowledged.
-    for handoff_id, user in traffic.acknowledged.items():
-        decided = slack.handoffs.get(handoff_id)
-        assert decided.status is Status.APPROVED, handoff_id
-        assert decided.resume_data is not None and decided.resume_data.decided_by == user
-
-    # Every run resumed exactly once to completion, under its stable idempotency key.
-    completed = [json.loads(raw) for raw in slack.redis.lrange(resume_targets.COMPLETED, 0, -1)]
-    ran = Counter(entry["handoff_id"] for entry in completed)
-    assert {i: ran[i] for i in created} == {i: 1 for i in created}
     for handoff_id in created:
-        audit = [e.event for e in slack.handoffs.audit(handoff_id)]
-        assert audit.count("decided") == 1 and audit.count("resumed") == 1, audit
+        assert [e.event for e in slack.handoffs.audit(handoff_id)].count("resumed") == 1
 
     # Serve and workers recovered by themselves: same processes, all alive.
     assert {p.pid for p in slack.processes} == set(bot_processes)

@@ -17,7 +17,6 @@ import json
 import signal
 import threading
 import time
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,10 +30,17 @@ from store.exceptions import AlreadyDecided, HandoffNotFound, MasterCutOff, Repl
 from store.models import Status
 from store.settings import StoreSettings
 from tests.conftest import WorkerProcesses
-from tests.support import ha_targets
 from tests.support.api_server import serve_api
-from tests.support.ha_traffic import DECIDER, GIVE_UP_SECONDS, Traffic, agent
-from tests.support.redis_ha import SentinelGroup, require_redis_server, wait_for
+from tests.support.ha_traffic import (
+    DECIDER,
+    Traffic,
+    agent,
+    decided_by_the_decider,
+    decided_twice,
+    resumes,
+    worker_env,
+)
+from tests.support.redis_ha import SentinelGroup, require_redis_server, running, wait_for
 from worker.client import Handoffs
 
 REPLICA_LAG_SECONDS = 1.0
@@ -42,20 +48,14 @@ REPLICA_LAG_SECONDS = 1.0
 RESUME_WAIT_SECONDS = 30.0
 """How long every kept decision has to be resumed after the traffic stopped."""
 TRAFFIC_BEFORE_KILL_SECONDS = 2.0
-TRAFFIC_AFTER_FAILOVER_SECONDS = 2.0
 
 
 @pytest.fixture
 def group(tmp_path: Path) -> Iterator[SentinelGroup]:
-    require_redis_server()
     # Two replicas: with HANDOFF_MIN_REPLICA_ACKS=1, the promoted one still has one to confirm
     # its writes (with a single replica, nothing could be confirmed after the failover).
-    running = SentinelGroup(tmp_path / "ha", replicas=2)
-    try:
-        running.start()
-        yield running
-    finally:
-        running.stop()
+    with running(SentinelGroup(tmp_path / "ha", replicas=2)) as started:
+        yield started
 
 
 def _run_failover(
@@ -64,47 +64,12 @@ def _run_failover(
     workers = WorkerProcesses(group.url, tmp_path / "workers")
     (tmp_path / "workers").mkdir()
     try:
-        workers.start(
-            extra_env={
-                "HANDOFF_MIN_REPLICA_ACKS": str(acks),
-                "HANDOFF_RESUME_MODULES": "tests.support.ha_targets",
-                "HA_WITNESS_URL": redis_url,
-                "HANDOFF_DISPATCH_TIMEOUT_SECONDS": "3",
-            }
-        )
+        workers.start(extra_env=worker_env(redis_url, acks))
         traffic = Traffic(agent(group.url, acks))
-        threads = traffic.start()
+        traffic.start()
         time.sleep(TRAFFIC_BEFORE_KILL_SECONDS)
-        # The replicas fall behind for a moment (a network hiccup, a busy machine) and the
-        # master dies then: what it acknowledged meanwhile exists nowhere else.
-        for server in group.replicas:
-            server.process.send_signal(signal.SIGSTOP)  # type: ignore[union-attr]
-        # Cut the links too: what the master writes from now on stays in its own memory
-        # (the kernel would otherwise keep it in the paused replicas' socket buffers).
-        Redis(port=group.master.port).client_kill_filter(_type="replica")
-        time.sleep(REPLICA_LAG_SECONDS)
-        killed_at = time.monotonic()
-        old_port = group.master.port
-        group.master.kill()
-        for server in group.replicas:
-            server.process.send_signal(signal.SIGCONT)  # type: ignore[union-attr]
-        wait_for(
-            lambda: group.master_port() != old_port,
-            timeout=30,
-            what="Sentinel to promote the replica",
-            interval=0.1,
-        )
-        promoted_after = time.monotonic() - killed_at
-        wait_for(
-            lambda: traffic.failover_seconds(killed_at) < float("inf"),
-            timeout=30,
-            what="a request acknowledged after the failover",
-        )
-        time.sleep(TRAFFIC_AFTER_FAILOVER_SECONDS)
-        traffic.running.clear()
-        for thread in threads:
-            thread.join(timeout=GIVE_UP_SECONDS + 10)
-        assert not traffic.failures, traffic.failures
+        killed_at, promoted_after = group.fail_over_while_replicas_lag(REPLICA_LAG_SECONDS)
+        traffic.stop_after_failover(killed_at)
         assert group.master_port() in {server.port for server in group.replicas}
 
         # What the promoted replica holds of what was acknowledged, through a new client.
@@ -122,23 +87,16 @@ def _run_failover(
             except HandoffNotFound:
                 lost_decisions.append(handoff_id)
                 continue
-            if (
-                handoff.status is not Status.APPROVED
-                or handoff.resume_data is None
-                or handoff.resume_data.decided_by != DECIDER
-            ):
+            if not decided_by_the_decider(handoff):
                 lost_decisions.append(handoff_id)
         kept = [h for h in traffic.decided if h not in lost_decisions]
-        decided_twice = [h for h in kept if [e.event for e in after.audit(h)].count("decided") != 1]
-
-        def resumes() -> Counter[str]:
-            return Counter(json.loads(raw)["id"] for raw in redis.lrange(ha_targets.RESUMED, 0, -1))
+        twice = decided_twice(after, kept)
 
         deadline = time.monotonic() + RESUME_WAIT_SECONDS
-        while not set(kept) <= set(resumes()) and time.monotonic() < deadline:
+        while not set(kept) <= set(resumes(redis)) and time.monotonic() < deadline:
             time.sleep(0.2)
         time.sleep(1.5)  # a second resume, if any, would show by now
-        counts = resumes()
+        counts = resumes(redis)
         figures: dict[str, object] = {
             "acks": acks,
             "promoted_after_s": round(promoted_after, 2),
@@ -150,7 +108,7 @@ def _run_failover(
             "lost_creations": len(lost_creations),
             "found_gone_by_the_decider": len(traffic.vanished),
             "lost_decisions": len(lost_decisions),
-            "decided_twice": len(decided_twice),
+            "decided_twice": len(twice),
             "resumed_twice": sum(1 for h in kept if counts[h] > 1),
             "not_resumed": sum(1 for h in kept if counts[h] == 0),
             "resumed_not_decided": sorted(set(counts) - set(traffic.created)),

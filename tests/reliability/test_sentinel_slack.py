@@ -11,13 +11,10 @@ people are told to try again.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import random
-import signal
 import time
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,12 +22,10 @@ import pytest
 from redis import Redis
 
 from store.lua import ReplicaAcks
-from store.models import Status, TaskState
 from store.settings import connect
-from tests.conftest import wait_until
 from tests.reliability.test_redis_restart import POLICY, Traffic
-from tests.support import resume_targets
-from tests.support.redis_ha import SentinelGroup, require_redis_server, wait_for
+from tests.support.ha_traffic import check_clicks_kept, click_figures
+from tests.support.redis_ha import SentinelGroup, running
 from tests.support.slack_env import SlackEnv, started
 from worker.client import Handoffs
 
@@ -40,10 +35,7 @@ REPLICA_LAG_SECONDS = 1.0
 
 @pytest.fixture
 def slack(tmp_path: Path, redis: Redis, redis_url: str) -> Iterator[tuple[SentinelGroup, SlackEnv]]:
-    require_redis_server()
-    group = SentinelGroup(tmp_path / "ha", replicas=2)
-    try:
-        group.start()
+    with running(SentinelGroup(tmp_path / "ha", replicas=2)) as group:
         env = SlackEnv(
             connect(group.url),
             group.url,
@@ -56,11 +48,9 @@ def slack(tmp_path: Path, redis: Redis, redis_url: str) -> Iterator[tuple[Sentin
                 "RESUME_WITNESS_URL": redis_url,
             },
         )
-        running = started(env, workers=2)
-        yield group, next(running)
-        running.close()
-    finally:
-        group.stop()
+        bot = started(env, workers=2)
+        yield group, next(bot)
+        bot.close()
 
 
 def test_clicks_through_a_sentinel_failover_lose_no_acknowledged_decision(
@@ -74,62 +64,10 @@ def test_clicks_through_a_sentinel_failover_lose_no_acknowledged_decision(
     traffic.agent = Handoffs(env.redis, tasks=POLICY, replica_acks=ReplicaAcks(1, 1.0))
     traffic.start()
     time.sleep(TRAFFIC_SECONDS)
-    for server in group.replicas:
-        server.process.send_signal(signal.SIGSTOP)  # type: ignore[union-attr]
-    Redis(port=group.master.port).client_kill_filter(_type="replica")
-    time.sleep(REPLICA_LAG_SECONDS)
-    killed_at = time.monotonic()
-    old_port = group.master.port
-    group.master.kill()
-    for server in group.replicas:
-        server.process.send_signal(signal.SIGCONT)  # type: ignore[union-attr]
-    wait_for(
-        lambda: group.master_port() != old_port,
-        timeout=30,
-        what="Sentinel to promote a replica",
-        interval=0.1,
-    )
-    promoted_after = time.monotonic() - killed_at
+    _, promoted_after = group.fail_over_while_replicas_lag(REPLICA_LAG_SECONDS)
     time.sleep(TRAFFIC_SECONDS)
-    traffic.creating.clear()
-    created = list(traffic.created)
-    with contextlib.suppress(AssertionError):  # the assertion below says what is missing
-        wait_until(
-            lambda: traffic.failures or all(not env.handoffs.get(i).is_pending for i in created),
-            timeout=45,
-        )
-    traffic.stop()
-    pending = [h for h in env.handoffs.store.get_many(created) if h.is_pending]
-    assert not pending, [
-        (h.id, h.delivery.state, h.delivery.attempt, h.message_refs, h.created_at) for h in pending
-    ]
-
-    # No acknowledged decision lost: decided, by the person the bot acknowledged.
-    for handoff_id, user in traffic.acknowledged.items():
-        decided = env.handoffs.get(handoff_id)
-        assert decided.status is Status.APPROVED, handoff_id
-        assert decided.resume_data is not None and decided.resume_data.decided_by == user
-    wait_until(
-        lambda: all(env.handoffs.get(i).resume.state is TaskState.COMPLETED for i in created),
-        timeout=60,
-    )
-    completed = [json.loads(raw) for raw in redis.lrange(resume_targets.COMPLETED, 0, -1)]
-    ran = Counter(entry["handoff_id"] for entry in completed)
-    assert {i: ran[i] for i in created} == {i: 1 for i in created}
-    for handoff_id in created:
-        audit = [e.event for e in env.handoffs.audit(handoff_id)]
-        assert audit.count("decided") == 1, audit
-    # Serve and workers followed the new master by themselves: same processes, all alive.
+    created = check_clicks_kept(traffic, env, redis)
+    # Serve and workers followed the new master by themselves: the same processes.
     assert {p.pid for p in env.processes} == bot_processes
-    assert all(p.poll() is None for p in env.processes), env.logs()[-5000:]
-    print(
-        "sentinel slack figures: "
-        + json.dumps(
-            {
-                "promoted_after_s": round(promoted_after, 2),
-                "created": len(created),
-                "acknowledged_clicks": len(traffic.acknowledged),
-                "clicks": dict(traffic.clicks),
-            }
-        )
-    )
+    figures = {"promoted_after_s": round(promoted_after, 2), **click_figures(traffic, created)}
+    print(f"sentinel slack figures: {json.dumps(figures)}")

@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 from redis import Redis
@@ -151,6 +152,30 @@ class SentinelGroup:
         finally:
             sentinel.close()
 
+    def fail_over_while_replicas_lag(self, lag_seconds: float) -> tuple[float, float]:
+        """The replicas fall behind for ``lag_seconds`` (a network hiccup, a busy machine)
+        and the master is SIGKILLed then, so what it acknowledged meanwhile exists nowhere
+        else; the replicas carry on, and Sentinel promotes one. Returns when the master was
+        killed (monotonic) and the seconds from then to the promotion."""
+        old_port = self.master.port
+        for server in self.replicas:
+            server.process.send_signal(signal.SIGSTOP)  # type: ignore[union-attr]
+        # Cut the links too: what the master writes from now on stays in its own memory
+        # (the kernel would otherwise keep it in the paused replicas' socket buffers).
+        Redis(port=self.master.port).client_kill_filter(_type="replica")
+        time.sleep(lag_seconds)
+        killed_at = time.monotonic()
+        self.master.kill()
+        for server in self.replicas:
+            server.process.send_signal(signal.SIGCONT)  # type: ignore[union-attr]
+        wait_for(
+            lambda: self.master_port() != old_port,
+            timeout=30,
+            what="Sentinel to promote a replica",
+            interval=0.1,
+        )
+        return killed_at, time.monotonic() - killed_at
+
     def stop(self) -> None:
         for process in self.sentinels:
             with suppress(ProcessLookupError):
@@ -252,9 +277,38 @@ class ClusterNodes:
     def server_on(self, port: int) -> RedisServer:
         return next(s for s in self.servers if s.port == port)
 
+    def kill_master_of(self, key: str) -> float:
+        """SIGKILL the master serving ``key``'s slot and wait until the cluster promoted
+        one of its replicas; returns when the master was killed (monotonic)."""
+        old_master = self.master_of(key)
+        killed_at = time.monotonic()
+        self.server_on(old_master).kill()
+        wait_for(
+            lambda: self.master_of(key) != old_master,
+            timeout=30,
+            what="the cluster to promote a replica",
+            interval=0.1,
+        )
+        return killed_at
+
     def stop(self) -> None:
         for server in self.servers:
             server.stop()
+
+
+HighAvailability = TypeVar("HighAvailability", SentinelGroup, ClusterNodes)
+
+
+@contextmanager
+def running(servers: HighAvailability) -> Iterator[HighAvailability]:
+    """``servers`` started (the test skipped where `redis-server` is absent), and stopped
+    at the end."""
+    require_redis_server()
+    try:
+        servers.start()
+        yield servers
+    finally:
+        servers.stop()
 
 
 def _replication_ready(info: dict, replicas: int) -> bool:  # type: ignore[type-arg]
