@@ -221,18 +221,21 @@ def check_clicks_kept(
         )
     clicking.stop()  # raises what went wrong in the agent's or the people's threads
     pending = [h for h in slack.handoffs.store.get_many(created) if h.is_pending]
-    assert not pending, [
-        (h.id, h.delivery.state, h.delivery.attempt, h.message_refs, h.created_at) for h in pending
-    ]
+    assert not pending, _what_happened(slack, clicking, pending)
     # No acknowledged decision lost: decided, by the person the bot acknowledged.
     for handoff_id, user in clicking.acknowledged.items():
         decided = slack.handoffs.get(handoff_id)
         assert decided.status is Status.APPROVED, handoff_id
         assert decided.resume_data is not None and decided.resume_data.decided_by == user
-    wait_until(
-        lambda: all(slack.handoffs.get(i).resume.state is TaskState.COMPLETED for i in created),
-        timeout=60,
-    )
+    try:
+        wait_until(
+            lambda: all(slack.handoffs.get(i).resume.state is TaskState.COMPLETED for i in created),
+            timeout=60,
+        )
+    except AssertionError:
+        stuck = slack.handoffs.store.get_many(created)
+        stuck = [h for h in stuck if h.resume.state is not TaskState.COMPLETED]
+        raise AssertionError(_what_happened(slack, clicking, stuck)) from None
     completed = [json.loads(raw) for raw in witness.lrange(resume_targets.COMPLETED, 0, -1)]
     ran = Counter(entry["handoff_id"] for entry in completed)
     assert {i: ran[i] for i in created} == {i: 1 for i in created}
@@ -241,6 +244,24 @@ def check_clicks_kept(
         assert audit.count("decided") == 1, audit
     assert all(p.poll() is None for p in slack.processes), slack.logs()[-5000:]
     return created
+
+
+def _what_happened(slack: SlackEnv, clicking: Clicking, handoffs: Sequence[Handoff]) -> str:
+    """For a failure's message: each handoff's state and trail, whose click the bot
+    acknowledged, what the people were told, and the end of the processes' logs."""
+    lines = [f"{len(handoffs)} handoffs not done; clicks: {dict(clicking.clicks)}"]
+    for handoff in handoffs:
+        trail = [(e.event, e.at.isoformat(), e.actor) for e in slack.handoffs.audit(handoff.id)]
+        lines.append(
+            f"{handoff.id} {handoff.status.value} delivery={handoff.delivery.state.value} "
+            f"resume={handoff.resume.state.value}/{handoff.resume.attempt} "
+            f"refs={handoff.message_refs} acknowledged={clicking.acknowledged.get(handoff.id)} "
+            f"trail={trail}"
+        )
+    for user in {*clicking.acknowledged.values(), "U0ALICE", "U0BOB"}:
+        told = [(e.message_ts, e.text) for e in slack.standin.ephemerals(user)]
+        lines.append(f"{user} was told: {told}")
+    return "\n".join(lines) + "\n" + slack.logs()[-15000:]
 
 
 def click_figures(clicking: Clicking, created: Sequence[str]) -> dict[str, object]:
