@@ -162,11 +162,6 @@ class KeySpace:
         """All pending handoffs."""
         return f"{self.prefix}pending"
 
-    def stored_index_keys(self, stored: bytes | str) -> list[str]:
-        """A handoff's pending index keys from its body's ``indexes``: each stored without
-        the ``pending`` prefix they share (one written before is a whole key)."""
-        return [key if key.startswith("{") else self.pending + key for key in json.loads(stored)]
-
     def pending_by_channel(self, channel: str) -> str:
         """Pending handoffs routed to ``channel``."""
         return f"{self.prefix}pending:channel:{channel}"
@@ -260,3 +255,10 @@ class KeySpace:
     def api_rate(self, name: str, minute: int) -> str:
         """How many handoffs the key ``name`` created in one minute (since the epoch)."""
         return f"{self.prefix}apirate:{name}:{minute}"
+
+
+def stored_index_keys(keys: KeySpace, stored: bytes | str) -> list[str]:
+    """A handoff's pending index keys from its body's ``indexes``: each stored without the
+    ``{ns}:pending`` prefix they share (one written before is a whole key). Not a method of
+    ``KeySpace``, whose methods each name a key."""
+    return [key if key.startswith("{") else keys.pending + key for key in json.loads(stored)]

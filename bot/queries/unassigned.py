@@ -24,7 +24,7 @@ from typing import Any
 
 from bot.keys import BotKeys
 from store.decoding import as_text
-from store.keys import body_fields
+from store.keys import body_fields, stored_index_keys
 from store.repository import HandoffStore
 
 WALK_BUDGET = 10_000
@@ -161,7 +161,7 @@ class UnassignedIndex:
                 and indexes is not None
                 and not any(
                     key.startswith(reviewer_index)
-                    for key in self.store.keys.stored_index_keys(indexes)
+                    for key in stored_index_keys(self.store.keys, indexes)
                 )
             )
             (add if unassigned else drop).append(handoff_id)
