@@ -19,6 +19,7 @@ from store.models import RequestType, TaskState
 from tests.conftest import WorkerProcesses, wait_until
 from tests.support import adapter_af_agents as agents
 from tests.support import adapter_af_workflows as flows
+from tests.support import agent_run_checks
 from tests.support.adapter_runs import adapter_env, make_adapter, recorded
 from tests.support.preloaded_workers import (
     hanging_once,
@@ -90,27 +91,15 @@ def test_two_approvals_continue_the_run_once_with_an_edit_and_a_rejection_messag
     assert schema is not None and schema["properties"]["amount_usd"]["type"] == "integer"
     assert {h.resume_target for h in outcome.handoffs} == {RESUME_TARGET}
 
-    handoffs.decide(first.id, "approved", by="U_ALICE", edited_args={"amount_usd": 25})
-    wait_until(lambda: handoffs.get(first.id).resume.state is TaskState.COMPLETED)
-    assert _finished(redis) == [] and agents.tool_runs(redis) == []  # waits for the other
-    handoffs.decide(second.id, "rejected", by="U_BOB", comment="B-2 was already refunded")
-    wait_until(lambda: len(_finished(redis)) == 1, timeout=30)
-
     # The framework's own refusal, then the reviewer's reason as the user's next message.
     output = (
         "Error: Tool call invocation was rejected by user. | refunded 25 USD on A-1 || refund "
         '{"order_id": "B-2", "amount_usd": 5}: The reviewer rejected this call: B-2 was '
         "already refunded"
     )
-    assert _finished(redis) == [{"run_id": "run-two", "output": output}]
-    assert adapter.final_output("run-two") == output
-    assert agents.tool_runs(redis) == [{"tool": "refund", "args": ["A-1", 25]}]
-
-    with pytest.raises(AlreadyDecided):
-        handoffs.decide(second.id, "approved", by="U_CAROL")
-    time.sleep(1.0)  # room for a second resume to show up
-    assert len(_finished(redis)) == 1
-    assert len(agents.tool_runs(redis)) == 1
+    agent_run_checks.edit_then_reject_continue_the_run_once(
+        redis, handoffs, adapter, agents, (first, second), output=output
+    )
 
 
 def test_worker_killed_mid_resume_continues_the_run_without_running_a_tool_twice(
@@ -120,20 +109,15 @@ def test_worker_killed_mid_resume_continues_the_run_without_running_a_tool_twice
     adapter = _agent(handoffs, "build_refund_agent")
     first, second = adapter.run_sync("Refund A-1 and B-2", run_id="run-kill").handoffs
 
-    handoffs.decide(first.id, "approved", by="U_ALICE", edited_args={"amount_usd": 20})
-    handoffs.decide(second.id, "approved", by="U_ALICE")
-    # The model hangs once the tools have run: the worker dies after the side effects.
-    wait_until(lambda: redis.exists(agents.HUNG), timeout=30)
-    kill_worker_and_horse(workers, redis.get(agents.HUNG))
-    assert len(agents.tool_runs(redis)) == 2
-
-    wait_until(lambda: len(_finished(redis)) == 1, timeout=40)
-
-    assert _finished(redis)[0]["output"] == "refunded 5 USD on B-2 | refunded 20 USD on A-1"
-    assert sorted(run["args"] for run in agents.tool_runs(redis)) == [["A-1", 20], ["B-2", 5]]
-    resumer = max((handoffs.get(first.id), handoffs.get(second.id)), key=lambda h: h.resume.attempt)
-    assert resumer.resume.attempt >= 2
-    assert workers.logs().count("already ran for call") >= 2
+    agent_run_checks.worker_killed_mid_resume_runs_no_tool_twice(
+        redis,
+        workers,
+        handoffs,
+        agents,
+        (first, second),
+        first_edit={"amount_usd": 20},
+        output="refunded 5 USD on B-2 | refunded 20 USD on A-1",
+    )
 
 
 # -- workflows, through real workers ------------------------------------------------------

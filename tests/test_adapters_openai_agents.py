@@ -13,14 +13,13 @@ import pytest
 from agents import Runner
 from redis import Redis
 
-from store.exceptions import AlreadyDecided
-from store.models import RequestType, Status, TaskKind, TaskState
-from tests.conftest import WorkerProcesses, wait_until
+from store.models import RequestType, Status, TaskKind
+from tests.conftest import WorkerProcesses
 from tests.support import adapter_agents as agents
+from tests.support import agent_run_checks
 from tests.support.adapter_runs import adapter_env, make_adapter, recorded
 from tests.support.preloaded_workers import (
     hanging_once,
-    kill_worker_and_horse,
     start_preloaded_worker,
 )
 from worker.adapters.openai_agents import (
@@ -71,22 +70,10 @@ def test_two_approvals_continue_the_run_once_with_an_edit_and_a_rejection_messag
     assert {h.resume_target for h in outcome.handoffs} == {RESUME_TARGET}
     assert OpenAIAgentsResume.of(first).tool_kind is ToolKind.EDITABLE
 
-    handoffs.decide(first.id, "approved", by="U_ALICE", edited_args={"amount_usd": 25})
-    wait_until(lambda: handoffs.get(first.id).resume.state is TaskState.COMPLETED)
-    assert _finished(redis) == [] and agents.tool_runs(redis) == []  # waits for the other
-    handoffs.decide(second.id, "rejected", by="U_BOB", comment="B-2 was already refunded")
-    wait_until(lambda: len(_finished(redis)) == 1, timeout=30)
-
     output = "refunded 25 USD on A-1 | The reviewer rejected this call: B-2 was already refunded"
-    assert _finished(redis) == [{"run_id": "run-two", "output": output}]
-    assert adapter.final_output("run-two") == output
-    assert agents.tool_runs(redis) == [{"tool": "refund", "args": ["A-1", 25]}]
-
-    with pytest.raises(AlreadyDecided):
-        handoffs.decide(second.id, "approved", by="U_CAROL")
-    time.sleep(1.0)  # room for a second resume to show up
-    assert len(_finished(redis)) == 1
-    assert len(agents.tool_runs(redis)) == 1
+    agent_run_checks.edit_then_reject_continue_the_run_once(
+        redis, handoffs, adapter, agents, (first, second), output=output
+    )
 
 
 def test_worker_killed_mid_resume_continues_the_run_without_running_a_tool_twice(
@@ -96,22 +83,15 @@ def test_worker_killed_mid_resume_continues_the_run_without_running_a_tool_twice
     adapter = _adapter(handoffs, "build_refund_agent")
     first, second = adapter.run_sync("Refund A-1 and B-2", run_id="run-kill").handoffs
 
-    handoffs.decide(first.id, "approved", by="U_ALICE")
-    handoffs.decide(second.id, "approved", by="U_ALICE")
-    # The model hangs once the tools have run: the worker dies after the side effects.
-    wait_until(lambda: redis.exists(agents.HUNG), timeout=30)
-    kill_worker_and_horse(workers, redis.get(agents.HUNG))
-    assert len(agents.tool_runs(redis)) == 2
-
-    wait_until(lambda: len(_finished(redis)) == 1, timeout=40)
-
-    assert _finished(redis)[0]["output"] == "refunded 30 USD on A-1 | refunded 5 USD on B-2"
-    assert sorted(run["args"][0] for run in agents.tool_runs(redis)) == ["A-1", "B-2"]
-    resumer = max((handoffs.get(first.id), handoffs.get(second.id)), key=lambda h: h.resume.attempt)
-    # Attempt 2 takes over (a third if the second outlives its 3 s timeout on a loaded
-    # machine); each later attempt replays the stored run with the tools' recorded results.
-    assert resumer.resume.attempt >= 2
-    assert workers.logs().count("already ran for call") >= 2
+    agent_run_checks.worker_killed_mid_resume_runs_no_tool_twice(
+        redis,
+        workers,
+        handoffs,
+        agents,
+        (first, second),
+        first_edit=None,
+        output="refunded 30 USD on A-1 | refunded 5 USD on B-2",
+    )
 
 
 # -- the resume target called in this process, as a worker calls it ---------------------
