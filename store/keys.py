@@ -25,6 +25,8 @@ key                                    type    contents
 ``{ns}:idem``                          hash    idempotency key -> the handoff id created
                                                under it (before 0.2: ``{ns}:idem:<key>``,
                                                a string each, still read)
+``{ns}:idembody:<key>``                string  the HTTP API's digest of the body first
+                                               sent with an idempotency key (expires)
 ``{ns}:pending``                       zset    all pending ids (score 0, ordered by id = age)
 ``{ns}:pending:channel:<channel>``     zset    pending ids routed to a channel
 ``{ns}:pending:run:<run_id>``          zset    pending ids of an agent run
@@ -150,6 +152,12 @@ class KeySpace:
         """Idempotency keys -> the handoff id created under each. One hash for the
         namespace: a key of its own for each costs about 70 bytes more per handoff."""
         return f"{self.prefix}idem"
+
+    def idempotency_body(self, key: str) -> str:
+        """The digest of the body the HTTP API first took with an idempotency key (a
+        different body under the key is refused). Before, it was kept at
+        ``idempotency(key) + ":body"``, a name the key ``<key>:body`` read as its own."""
+        return f"{self.prefix}idembody:{key}"
 
     def idempotency(self, key: str) -> str:
         """Where the id created under an idempotency key was remembered before

@@ -1081,8 +1081,9 @@ class HandoffStore:
             in_hash, before = pipe.execute()
         if in_hash is not None:
             return as_text(in_hash)
-        # The HTTP API keeps a key's body digest (64 hex digits, never a handoff id) at
-        # ``idempotency(key) + ":body"``: what the key ``<key>:body`` finds there names none.
+        # The HTTP API kept a key's body digest (64 hex digits, never a handoff id) at
+        # ``idempotency(key) + ":body"`` before ``idempotency_body``; such digests live
+        # until they expire, and what the key ``<key>:body`` finds there names no handoff.
         if before is None or _LEGACY_IDEM_NOT_AN_ID.fullmatch(as_text(before)):
             return None
         return as_text(before)

@@ -650,8 +650,9 @@ local stored_request = body_get(hkey, 'request')
 if stored_request == ARGV[3] then return {1, id, stored[1], stored[2] or '0'} end
 if idem ~= '' then
   -- In the namespace's hash of keys; one created before it, under a key of its own. The
-  -- HTTP API keeps a key's body digest (64 hex digits, never a handoff id) at
-  -- '{ns}:idem:<key>:body': what key '<key>:body' finds there names no handoff.
+  -- HTTP API kept a key's body digest (64 hex digits, never a handoff id) at
+  -- '{ns}:idem:<key>:body' (until it expires): what key '<key>:body' finds there names no
+  -- handoff.
   local existing = redis.call('HGET', P .. 'idem', idem)
   if not existing then
     existing = redis.call('GET', P .. 'idem:' .. idem)

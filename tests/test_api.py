@@ -162,6 +162,25 @@ def test_idempotency_returns_the_same_handoff_or_409(api: str, keys: ApiKeys) ->
     assert elsewhere.status_code == 201 and elsewhere.json()["id"] != first.json()["id"]
 
 
+def test_a_key_and_the_same_key_with_body_appended_make_two_handoffs(
+    api: str, keys: ApiKeys
+) -> None:
+    # The API keeps its record of a key's first body apart from the keys themselves: the
+    # key "k2:body" never reads the record of "k2" as a handoff (it answered 404 once).
+    agent = _client(api, keys.create("agent").key)
+    plain = agent.post("/v1/handoffs", json=APPROVAL, headers={"Idempotency-Key": "k2"})
+    suffixed = agent.post("/v1/handoffs", json=APPROVAL, headers={"Idempotency-Key": "k2:body"})
+    again = agent.post("/v1/handoffs", json=APPROVAL, headers={"Idempotency-Key": "k2:body"})
+
+    assert (plain.status_code, suffixed.status_code, again.status_code) == (201, 201, 200)
+    assert (
+        suffixed.json()["id"]
+        != plain.json()["id"]
+        == agent.get(f"/v1/handoffs/{plain.json()['id']}").json()["id"]
+    )
+    assert again.json()["id"] == suffixed.json()["id"]
+
+
 def test_keys_are_checked_on_every_request(api: str, keys: ApiKeys) -> None:
     created = keys.create("agent")
     agent = _client(api, created.key)

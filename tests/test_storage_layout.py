@@ -342,9 +342,10 @@ def test_a_trail_the_stream_still_points_at_outlives_an_early_purge(
 def test_a_key_ending_in_body_is_not_taken_for_the_api_record_of_another_key(
     redis: Redis, handoffs: Handoffs
 ) -> None:
-    """The HTTP API keeps the body digest of its key ``K`` at ``{ns}:idem:K:body``, where the
-    keys written before ``{ns}:idem`` became a hash were: the key ``K:body`` must not read
-    that digest as the id of a handoff created under it."""
+    """The HTTP API kept the body digest of its key ``K`` at ``{ns}:idem:K:body``, where the
+    keys written before ``{ns}:idem`` became a hash were (it keeps them apart now, at
+    ``idempotency_body``): the key ``K:body`` must not read such a digest, left from before,
+    as the id of a handoff created under it."""
     store = handoffs.store
     redis.set(store.keys.idempotency("agent/K") + ":body", "ab" * 32)
     assert store.created_under("agent/K:body") is None

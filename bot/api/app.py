@@ -644,7 +644,7 @@ def _claim_idempotency(store: HandoffStore, scoped_key: str, body: CreateHandoff
     # no canonical form takes them.
     dumped = well_formed(body.model_dump(mode="json", exclude={"idempotency_key"}))
     digest = hashlib.sha256(canonical_json(dumped)).hexdigest()
-    where = store.keys.idempotency(scoped_key) + ":body"
+    where = store.keys.idempotency_body(scoped_key)
     ttl = int(store.config.retention_seconds) + 86400
     redis: Redis = store.redis
     for _ in range(3):
@@ -666,7 +666,7 @@ def _release_idempotency(store: HandoffStore, scoped_key: str) -> None:
     """Forget a body digest claimed by a create that then failed, unless the store did
     create a handoff under the key after all (another request's)."""
     if store.created_under(scoped_key) is None:
-        store.redis.delete(store.keys.idempotency(scoped_key) + ":body")
+        store.redis.delete(store.keys.idempotency_body(scoped_key))
 
 
 def _check_edited_args(handoff: Handoff, edited: dict[str, Any]) -> None:
