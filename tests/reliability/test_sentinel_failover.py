@@ -280,3 +280,26 @@ def test_the_api_follows_a_failover_and_answers_503_meanwhile(group: SentinelGro
             f"\napi through the failover: {len(refused)} decisions and "
             f"{len(answers) - 1} waits answered 503 meanwhile"
         )
+
+
+def test_a_sentinel_whose_port_was_taken_starts_on_another(tmp_path: Path) -> None:
+    """The group picks free ports, then starts its Sentinels; in a parallel suite another
+    process can take a port in between (seen: a Sentinel dying with "Address already in
+    use" and the group waiting 20 s for it). Made certain here: the port is held first."""
+    import socket
+
+    require_redis_server()
+    group = SentinelGroup(tmp_path / "ha")
+    held = socket.socket()
+    held.bind(("127.0.0.1", group.sentinel_ports[2]))
+    held.listen()
+    taken = group.sentinel_ports[2]
+    try:
+        with running(group):
+            assert group.sentinel_ports[2] != taken
+            assert Redis(port=group.sentinel_ports[2]).ping()
+            assert agent(group.url, 0).request_approval(
+                run_id="run", thread_id="t", action="deploy", channel="C0HA"
+            )
+    finally:
+        held.close()

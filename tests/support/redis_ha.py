@@ -17,8 +17,10 @@ from typing import TypeVar
 
 import pytest
 from redis import Redis
+from redis.backoff import NoBackoff
 from redis.cluster import key_slot
 from redis.exceptions import RedisError
+from redis.retry import Retry
 
 from tests.support.redis_server import RedisServer
 from tests.support.slack_env import free_port
@@ -49,6 +51,9 @@ def wait_for(condition, *, timeout: float, what: str, interval: float = 0.05):  
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout} s waiting for {what}")
         time.sleep(interval)
+
+
+SENTINEL_START_ATTEMPTS = 5
 
 
 def distinct_free_ports(count: int) -> list[int]:
@@ -109,27 +114,8 @@ class SentinelGroup:
                 what="the replica to sync",
             )
             replica.close()
-        for index, port in enumerate(self.sentinel_ports):
-            folder = self.base / f"sentinel-{index}"
-            folder.mkdir(parents=True, exist_ok=True)
-            config = folder / "sentinel.conf"
-            config.write_text(
-                f"port {port}\nbind 127.0.0.1\nprotected-mode no\ndir {folder}\n"
-                f"sentinel monitor {MASTER_NAME} 127.0.0.1 {self.master.port} 2\n"
-                f"sentinel down-after-milliseconds {MASTER_NAME} {DOWN_AFTER_MS}\n"
-                f"sentinel failover-timeout {MASTER_NAME} 10000\n"
-                f"sentinel parallel-syncs {MASTER_NAME} 1\n"
-            )
-            log = open(folder / "sentinel.log", "wb")  # noqa: SIM115 - the process owns it
-            self.sentinels.append(
-                subprocess.Popen(
-                    ["redis-server", str(config), "--sentinel"],
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-            )
-            log.close()
+        for index in range(len(self.sentinel_ports)):
+            self.sentinels.append(self._start_sentinel(index))
         for port in self.sentinel_ports:
             sentinel = Redis(port=port)
             wait_for(
@@ -142,6 +128,45 @@ class SentinelGroup:
                 interval=0.2,
             )
             sentinel.close()
+
+    def _start_sentinel(self, index: int) -> subprocess.Popen[bytes]:
+        """Start Sentinel ``index``; on another free port when another process (a parallel
+        test) took the one it was given before it could bind it."""
+        folder = self.base / f"sentinel-{index}"
+        folder.mkdir(parents=True, exist_ok=True)
+        for attempt in range(SENTINEL_START_ATTEMPTS):
+            if attempt:
+                self.sentinel_ports[index] = distinct_free_ports(1)[0]
+            port = self.sentinel_ports[index]
+            config = folder / "sentinel.conf"
+            config.write_text(
+                f"port {port}\nbind 127.0.0.1\nprotected-mode no\ndir {folder}\n"
+                f"sentinel monitor {MASTER_NAME} 127.0.0.1 {self.master.port} 2\n"
+                f"sentinel down-after-milliseconds {MASTER_NAME} {DOWN_AFTER_MS}\n"
+                f"sentinel failover-timeout {MASTER_NAME} 10000\n"
+                f"sentinel parallel-syncs {MASTER_NAME} 1\n"
+            )
+            with open(folder / "sentinel.log", "ab") as log:
+                process = subprocess.Popen(
+                    ["redis-server", str(config), "--sentinel"],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            # No retries: a ping at a port another process holds would wait out redis-py's
+            # ten resends of it before the dead Sentinel is looked at again.
+            sentinel = Redis(port=port, socket_timeout=1, retry=Retry(NoBackoff(), 0))
+            try:
+                wait_for(
+                    lambda p=process, s=sentinel: p.poll() is not None or s.ping(),
+                    timeout=10,
+                    what=f"Sentinel {index} to listen",
+                )
+            finally:
+                sentinel.close()
+            if process.poll() is None:
+                return process
+        pytest.fail(f"Sentinel {index} could not bind a port in {SENTINEL_START_ATTEMPTS} tries")
 
     def master_port(self) -> int:
         """The port the Sentinels name as the master now."""
