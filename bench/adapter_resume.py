@@ -92,17 +92,20 @@ def decide_and_resume_each(
     keep: bool,
     resume: Callable[..., Coroutine[Any, Any, Any]],
     outcome: str,
+    *,
+    run: Callable[[Coroutine[Any, Any, Any]], Any] = asyncio.run,
     **details: Any,
 ) -> None:
     """Decide the pending handoff of ``run_id`` (``outcome`` and ``details`` as
     ``Handoffs.decide`` takes them; untimed: that is the person's click), then time
     ``resume(decided, handoffs=...)``, what a worker runs, until the run hands nothing more
-    to a person."""
+    to a person. ``run`` drives the coroutine (a benchmark whose direct side runs on one
+    event loop passes that loop's ``asyncio.Runner.run``, so both sides pay the same)."""
     pending = handoffs.list_pending(run_id=run_id).items
     while pending:
         decided = handoffs.decide(pending[0].id, outcome, by=DECIDER, **details)
         with samples.timing(keep):
-            asyncio.run(resume(decided, handoffs=handoffs))
+            run(resume(decided, handoffs=handoffs))
         pending = handoffs.list_pending(run_id=run_id).items
 
 

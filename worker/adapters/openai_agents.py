@@ -315,7 +315,7 @@ class OpenAIAgentsHandoffs(pausing_runs.AgentRunAdapter[OpenAIAgentsResume]):
             # A previous attempt ran the agent and recorded what came next, then died.
             logger.info("run already continued; finishing its hand-off", extra=context)
             return await self._redo_settle(ready, resume.run_id)
-        raw_state = self._stored_stop(ready.pause_id, "run state")
+        raw_state = self._claimed_stop(ready, "run state")
         agent = self.agent
         state = await RunState.from_json(agent, json.loads(raw_state))
         scope = self._scope(resume.run_id)

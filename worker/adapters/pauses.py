@@ -233,6 +233,8 @@ class ReadyPause:
     """The pause's hash as read after the claim (adapters keep their own fields there)."""
     extra: dict[str, dict[str, str]] = field(default_factory=dict)
     """The hash fields named by ``also_read``, read with the claim."""
+    values: dict[str, bytes] = field(default_factory=dict)
+    """The string keys named by ``also_get`` that exist, read with the claim."""
     started_before: bool = False
     """An earlier attempt of this resumer flagged the pause started: the framework may
     have received the decisions already."""
@@ -283,6 +285,7 @@ class Pauses:
         ref: PauseRef,
         *,
         also_read: Callable[[list[str]], dict[str, list[str]]] | None = None,
+        also_get: Callable[[list[str]], list[str]] | None = None,
         starting: Callable[[dict[str, Handoff]], bool] | None = None,
     ) -> ReadyPause | None:
         """The pause, if all its handoffs are decided and ``handoff`` is (now) its resumer;
@@ -290,7 +293,10 @@ class Pauses:
 
         ``also_read``, given the pause's items, names hash fields to read in the same
         transaction as the claim (an adapter's own records, ``{key: [field, ...]}``); the
-        values come back in ``ReadyPause.extra`` (absent fields left out). ``starting``,
+        values come back in ``ReadyPause.extra`` (absent fields left out). ``also_get``,
+        given the items, names string keys to read there too (an adapter's stored stop, its
+        recorded results: each read costs a round trip less than after the claim); they
+        come back in ``ReadyPause.values`` (absent keys left out). ``starting``,
         given the decided members just before the claim, says whether the adapter will
         hand the decisions to the framework; if so the claim flags the pause started.
         """
@@ -299,8 +305,8 @@ class Pauses:
             # Alone in its pause: nothing to wait for, so record and claim at once.
             members = {ref.item: handoff}
             start = starting(members) if starting else False
-            fields, extra = self._claim(
-                key, handoff, [ref.item], also_read, start=start, record=ref.item
+            fields, extra, values = self._claim(
+                key, handoff, [ref.item], also_read, also_get, start=start, record=ref.item
             )
             if "items" not in fields:
                 self.redis.delete(key)  # only what the claim above just wrote
@@ -335,7 +341,9 @@ class Pauses:
                 return None
             members = {item: member for item, member in decided.items() if member is not None}
             start = starting(members) if starting else False
-            fields, extra = self._claim(key, handoff, items, also_read, start=start)
+            fields, extra, values = self._claim(
+                key, handoff, items, also_read, also_get, start=start
+            )
         if fields.get("resumer") != handoff.id:
             logger.info(
                 "pause %s is resumed by %s",
@@ -350,6 +358,7 @@ class Pauses:
             members=members,
             fields=fields,
             extra=extra,
+            values=values,
             started_before=fields.get(f"started:{handoff.id}") == "1",
         )
 
@@ -359,13 +368,16 @@ class Pauses:
         handoff: Handoff,
         items: list[str],
         also_read: Callable[[list[str]], dict[str, list[str]]] | None,
+        also_get: Callable[[list[str]], list[str]] | None,
         *,
         start: bool,
         record: str | None = None,
-    ) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
+    ) -> tuple[dict[str, str], dict[str, dict[str, str]], dict[str, bytes]]:
         """One transaction: take the resumer's place if free, read the pause (as it was
-        before any started flag of this claim) and the adapter's fields, flag started."""
+        before any started flag of this claim) and the adapter's fields and keys, flag
+        started."""
         reads = also_read(items) if also_read else {}
+        gets = also_get(items) if also_get else []
         with self.redis.pipeline(transaction=True) as pipe:
             if record is not None:
                 pipe.hset(key, f"h:{record}", handoff.id)
@@ -373,6 +385,8 @@ class Pauses:
             pipe.hgetall(key)
             for extra_key, extra_fields in reads.items():
                 pipe.hmget(extra_key, extra_fields)
+            for string_key in gets:
+                pipe.get(string_key)
             if start:
                 # Named after this handoff: only counts if it is the resumer.
                 pipe.hset(key, f"started:{handoff.id}", "1")
@@ -384,7 +398,9 @@ class Pauses:
             extra_key: {f: as_text(v) for f, v in zip(names, values, strict=True) if v}
             for (extra_key, names), values in zip(reads.items(), extra_values, strict=True)
         }
-        return _decode(raw), extra
+        got = results[offset + 2 + len(reads) : offset + 2 + len(reads) + len(gets)]
+        values = {k: v for k, v in zip(gets, got, strict=True) if v is not None}
+        return _decode(raw), extra, values
 
     @staticmethod
     def _not_recorded(handoff: Handoff, ref: PauseRef) -> LookupError:

@@ -133,13 +133,32 @@ class PausingRunAdapter(ABC, Generic[ResumeT]):
         resume: RunResume,
         *,
         also_read: Callable[[list[str]], dict[str, list[str]]] | None = None,
+        also_get: Callable[[list[str]], list[str]] | None = None,
     ) -> ReadyPause | None:
         """The handoff's pause if it is all decided and this handoff resumes it (see
         ``Pauses.claim_if_ready``), flagged started: the adapter hands the decisions to its
-        framework right after."""
+        framework right after. The stored stop (``_claimed_stop``) is read with the claim."""
+        stop_key = self._stop_key(resume.pause.pause_id) if self.STOP_RECORD else None
+
+        def gets(items: list[str]) -> list[str]:
+            extra = also_get(items) if also_get else []
+            return [stop_key, *extra] if stop_key else extra
+
         return self.pauses.claim_if_ready(
-            handoff, resume.pause, also_read=also_read, starting=lambda members: True
+            handoff,
+            resume.pause,
+            also_read=also_read,
+            also_get=gets,
+            starting=lambda members: True,
         )
+
+    def _claimed_stop(self, ready: ReadyPause, what: str) -> bytes:
+        """The record of the stop ``ready`` continues from, as read with the claim (``what``
+        it holds, named in the error when it is gone)."""
+        raw = ready.values.get(self._stop_key(ready.pause_id))
+        if raw is None:
+            raise LookupError(f"the {what} of pause {ready.pause_id} is gone (purged?)")
+        return raw
 
     def _open_stop(
         self,

@@ -164,21 +164,33 @@ class AgentOutcome(pausing_runs.RunOutcome):
 # -- the capability the adapter runs the agent with ------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass
 class _CallRecords:
-    """The recorded results of the approved calls of one stop, by tool call id."""
+    """The recorded results of the approved calls of one stop, by tool call id: those an
+    earlier attempt recorded are read with the pause's claim (``keys``), then ``arm``
+    says which calls the run continues with."""
 
     redis: Redis
-    keys: PauseKeys
+    pause_keys: PauseKeys
     pause_id: str
-    call_ids: frozenset[str]
-    retention_seconds: int
+    call_ids: frozenset[str] = frozenset()
+    found: dict[str, bytes] = field(default_factory=dict)
+    retention_seconds: int = 0
 
     def key(self, call_id: str) -> str:
-        return self.keys.adapter("pai", "call", self.pause_id, call_id)
+        return self.pause_keys.adapter("pai", "call", self.pause_id, call_id)
+
+    def keys(self, call_ids: list[str]) -> list[str]:
+        return [self.key(call_id) for call_id in call_ids]
+
+    def arm(self, call_ids: frozenset[str], read: dict[str, bytes], retention: int) -> None:
+        """The approved calls (``call_ids``) and what the claim read (``read``, by key)."""
+        self.call_ids = call_ids
+        self.found = {c: read[self.key(c)] for c in call_ids if self.key(c) in read}
+        self.retention_seconds = retention
 
     def recorded(self, call_id: str) -> tuple[bool, Any]:
-        raw = self.redis.get(self.key(call_id))
+        raw = self.found.get(call_id)
         return (False, None) if raw is None else (True, json.loads(raw)["v"])
 
     def save(self, call_id: str, result: Any) -> None:
@@ -363,7 +375,10 @@ class PydanticAIHandoffs(pausing_runs.AgentRunAdapter[PydanticAIResume]):
         (what the worker calls); None while others are pending or when another handoff of
         the stop continues it."""
         resume = PydanticAIResume.of(handoff)
-        ready = self._claim(handoff, resume)
+        records = _CallRecords(self.handoffs.redis, self.pauses.keys, resume.pause.pause_id)
+        # The pause's items are its calls: what an earlier attempt ran is read with the
+        # claim, in the same round trip (as is the stored history).
+        ready = self._claim(handoff, resume, also_get=records.keys)
         if ready is None:
             return None
         context = {"handoff_id": handoff.id, "run_id": resume.run_id}
@@ -371,21 +386,15 @@ class PydanticAIHandoffs(pausing_runs.AgentRunAdapter[PydanticAIResume]):
             # A previous attempt ran the agent and recorded what came next, then died.
             logger.info("run already continued; finishing its hand-off", extra=context)
             return self._redo_settle(ready, resume.run_id)
-        messages = self.history(ready.pause_id)
+        raw_history = self._claimed_stop(ready, "message history")
+        messages = ModelMessagesTypeAdapter.validate_json(raw_history)
         agent = self.agent
         results = DeferredToolResults()
         calls = _pending_calls(messages)
         for member in ready.members.values():
             _apply(results, member, calls)
-        capability = _HandoffCapability(
-            records=_CallRecords(
-                redis=self.handoffs.redis,
-                keys=self.pauses.keys,
-                pause_id=ready.pause_id,
-                call_ids=frozenset(results.approvals),
-                retention_seconds=self.pauses.retention_seconds,
-            )
-        )
+        records.arm(frozenset(results.approvals), ready.values, self.pauses.retention_seconds)
+        capability = _HandoffCapability(records=records)
         logger.info("continuing run with %d decisions", len(ready.members), extra=context)
         result = await agent.run(
             message_history=messages,

@@ -279,7 +279,7 @@ class AgentFrameworkHandoffs(pausing_runs.AgentRunAdapter[AgentFrameworkResume])
             # A previous attempt continued the run and recorded what came next, then died.
             logger.info("run already continued; finishing its hand-off", extra=context)
             return self._redo_settle(ready, resume.run_id)
-        session, requests = self._stop(ready.pause_id)
+        session, requests = _stop(self._claimed_stop(ready, "session"))
         by_request = {AgentFrameworkResume.of(m).request_id: m for m in ready.members.values()}
         responses, notes, edits = [], [], {}
         for request in requests:
@@ -344,17 +344,12 @@ class AgentFrameworkHandoffs(pausing_runs.AgentRunAdapter[AgentFrameworkResume])
     def _redo_settle(self, ready: ReadyPause, run_id: str) -> AgentOutcome:
         next_pause = ready.fields.get("next")
         if next_pause:
-            _, requests = self._stop(next_pause)
+            _, requests = _stop(self._stored_stop(next_pause, "session"))
             asked = [user_input.asked(request) for request in requests]
             return AgentOutcome("paused", self._hand_off(next_pause, asked, run_id))
         output = self.final_output(run_id)
         self._report_again(ready, output, run_id)
         return AgentOutcome("finished", [], output)
-
-    def _stop(self, pause_id: str) -> tuple[AgentSession, list[Content]]:
-        stop = json.loads(self._stored_stop(pause_id, "session"))
-        session = AgentSession.from_dict(stop["session"])
-        return session, [Content.from_dict(request) for request in stop["requests"]]
 
     def _hand_off(self, pause_id: str, asked: Sequence[Asked], run_id: str) -> list[Handoff]:
         created = []
@@ -520,6 +515,13 @@ def _dump_stop(stop: dict[str, Any], run_id: str) -> str:
             f"the session of run {run_id} does not serialize to JSON ({exc}); keep only JSON "
             "values (or registered types) in session.state so a worker can continue it"
         ) from exc
+
+
+def _stop(raw: bytes | str) -> tuple[AgentSession, list[Content]]:
+    """The session and the requests of a stored stop (``_dump_stop``)."""
+    stop = json.loads(raw)
+    session = AgentSession.from_dict(stop["session"])
+    return session, [Content.from_dict(request) for request in stop["requests"]]
 
 
 __all__ = [
