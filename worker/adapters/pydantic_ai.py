@@ -66,6 +66,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar, Unpack
 
+import anyio
 from pydantic import BaseModel, Field
 from pydantic_ai import (
     CallDeferred,
@@ -234,9 +235,25 @@ class _HandoffCapability(AbstractCapability[Any]):
                 extra={"pause_id": records.pause_id},
             )
             return result
-        result = await handler(args)
-        records.save(call.tool_call_id, result)
-        return result
+
+        async def run_and_record() -> Any:
+            result = await handler(args)
+            records.save(call.tool_call_id, result)
+            return result
+
+        # Pydantic AI runs a stop's calls side by side and cancels the others when one
+        # fails; a sync tool's thread runs on regardless, so a cancelled call may be past
+        # its side effects. It finishes and is recorded before the cancellation goes on:
+        # the retry of the failed resume returns its result instead of running it again.
+        running = asyncio.ensure_future(run_and_record())
+        try:
+            return await asyncio.shield(running)
+        except asyncio.CancelledError:
+            with anyio.CancelScope(shield=True):
+                await asyncio.wait({running})
+            if not running.cancelled():
+                running.exception()  # retrieved: the cancellation is what goes on
+            raise
 
 
 # -- the question tool ------------------------------------------------------------------
