@@ -1,7 +1,7 @@
-"""Adversarial checks of the Pydantic AI adapter reading its stored stop and its recorded
-results of approved calls with the pause's claim (commit 23184f8): a resume that dies
-midway and is retried must run no approved tool twice, and must not answer another call
-with an approved call's recorded result."""
+"""Retried resumes of the Pydantic AI adapter, which reads its stored stop and the recorded
+results of a stop's approved calls with the pause's claim: a resume that dies midway, or
+fails in one call while another ran, and is retried runs no approved tool twice, and never
+answers another call with an approved call's recorded result."""
 
 from __future__ import annotations
 
@@ -24,9 +24,9 @@ from tests.support.preloaded_workers import start_preloaded_worker
 from worker.adapters.pydantic_ai import PydanticAIHandoffs, PydanticAIResume, resume_run
 from worker.client import Handoffs
 
-CRASH_MODEL_ONCE = "test:break22:crash_model_once"
+CRASH_MODEL_ONCE = "test:pai-retries:crash_model_once"
 """While set, the model raises (once) when it reads a tool result: the worker 'dies'."""
-CRASH_TOOL_ONCE = "test:break22:crash_tool_once"
+CRASH_TOOL_ONCE = "test:pai-retries:crash_tool_once"
 """While set, the refund of B-2 raises (once) before doing anything."""
 
 
