@@ -367,7 +367,7 @@ def _run(redis: Redis, slack: SlackStandIn, options: Options, server: str) -> Li
         started = time.perf_counter()
         run_command(deps, ADMIN, parse_command("stats 7d"))
         stats_ms = (time.perf_counter() - started) * 1000
-        deep = _text(redis.zrange(store.keys.pending, options.count // 2, options.count // 2))
+        deep = _text(store.pending_ids(limit=options.count // 2 + 1)[-1:])
         everything = ListFilter(ListKind.PENDING)
         scenarios: list[tuple[str, Callable[[], object]]] = [
             (

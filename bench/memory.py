@@ -192,13 +192,15 @@ def key_kind(prefix: str, key: str) -> str:
     if parts[0] == "h":
         return "handoff hash"
     if parts[0] == "hb":
-        return "handoff body (request, indexes)"
+        return "handoff body (request, indexes, trail)"
     if parts[0] == "policies":
         return "task policies (each stored once)"
     if parts[0] == "op":
         return OP_KIND
     if parts[0] == "audit":
-        return "audit list (per handoff)" if len(parts) > 1 else "audit stream (namespace)"
+        return (
+            "audit list (per handoff, before 0.2)" if len(parts) > 1 else "audit stream (namespace)"
+        )
     if parts[0] == "pending":
         return f"index pending:{parts[1]}:*" if len(parts) > 1 else "index pending"
     if parts[0] in ("outbox", "deadlines", "retention", "failed", "wake"):

@@ -13,12 +13,14 @@ key                                    type    contents
                                                its policy's name (kept a listpack: below)
 ``{ns}:hb:<id>``                       string  the handoff's body: an approval's args
                                                digest, its pending index keys (JSON, each
-                                               without ``{ns}:pending``) and
-                                               the request JSON, a line each (``BODY_FIELDS``)
+                                               without ``{ns}:pending``), the request JSON,
+                                               a line each, then its audit events, one per
+                                               line, oldest first (``BODY_FIELDS``)
 ``{ns}:policies``                      hash    SHA-1 -> a task policy's JSON (attempts,
                                                timeouts, timers), stored once for every
                                                handoff naming it
-``{ns}:audit:<id>``                    list    the handoff's audit events (JSON), oldest first
+``{ns}:audit:<id>``                    list    the audit events of a handoff written before
+                                               0.2 (JSON), oldest first; read and added to
 ``{ns}:audit``                         stream  every audit event of the namespace (field
                                                ``e``), or, while its handoff is pending,
                                                where it is in the trail (``p``, ``i``)
@@ -27,11 +29,14 @@ key                                    type    contents
                                                a string each, still read)
 ``{ns}:idembody:<key>``                string  the HTTP API's digest of the body first
                                                sent with an idempotency key (expires)
-``{ns}:pending``                       zset    all pending ids (score 0, ordered by id = age)
+``{ns}:pending``                       zset    all pending ids, written before 0.2 (each is
+                                               in its type's index too; drains as they close)
 ``{ns}:pending:channel:<channel>``     zset    pending ids routed to a channel
 ``{ns}:pending:run:<run_id>``          zset    pending ids of an agent run
 ``{ns}:pending:reviewer:<user>``       zset    pending ids a reviewer (user or group) may decide
-``{ns}:pending:type:<request_type>``   zset    pending ids of one request type
+``{ns}:pending:type:<request_type>``   zset    pending ids of one request type (score 0,
+                                               ordered by id = age); the four together are
+                                               every pending handoff
 ``{ns}:pending:key:<api key name>``    zset    pending ids an HTTP API key created
 ``{ns}:deadlines``                     zset    pending id -> expiry time (ms)
 ``{ns}:outbox``                        zset    ``<task>:<id>`` -> when due (ms); tasks are
@@ -65,11 +70,14 @@ small. Redis keeps a hash as a listpack (a few bytes per field) while every valu
 per field) once one is longer; the request JSON alone is hundreds of bytes. So the long
 values live in the body, one string (a hash of them would be a hashtable again), and the
 policy, the same JSON for most handoffs, is stored once in ``{ns}:policies`` and named by
-``@<sha1>``. Its own audit trail leaves out its id (the key says it), and while it is
+``@<sha1>``. Its own audit trail is the body's last field, one event per line as a JSON
+array (``[at, actor, event, detail]``, its id left out: the key says it), and while it is
 pending the namespace's stream only points at the trail's events (``p`` and ``i``: its id
-and the event's place), which the readers follow. Handoffs written before this layout
-(0.1.0) hold ``request``, ``indexes``, ``args_digest`` and the policy's JSON in
-``{ns}:h:<id>`` itself, and their trails name them; the scripts read either shape
+and the event's place), which the readers follow. Trails written before this (0.2.0) are
+lists of event objects at ``{ns}:audit:<id>``, which such a handoff keeps adding to.
+Handoffs written before this layout (0.1.0) hold ``request``, ``indexes``, ``args_digest``
+and the policy's JSON in ``{ns}:h:<id>`` itself, and their trails name them; the scripts
+read either shape
 (``store.scripts``: ``body_get``, ``policy_json``) and move a field to the body when they
 rewrite it (``tests/test_storage_layout.py``).
 
@@ -88,9 +96,11 @@ from dataclasses import dataclass
 
 from store import defaults
 
-BODY_FIELDS = ("args_digest", "indexes", "request")
+BODY_FIELDS = ("args_digest", "indexes", "request", "trail")
 """The handoff body's fields, in their order in ``{ns}:hb:<id>``, each ended by a newline but
-the last (compact JSON and a digest never hold one); an absent one is empty."""
+the last (compact JSON and a digest never hold one); an absent one is empty. The trail, last,
+holds the handoff's audit events one per line (``trail_lines``); a body with none ends
+after the request."""
 
 
 def body_fields(body: bytes | None) -> dict[str, bytes]:
@@ -104,7 +114,16 @@ def body_fields(body: bytes | None) -> dict[str, bytes]:
 def body_string(fields: dict[str, bytes]) -> bytes:
     """A handoff body from its fields, as the store's scripts write it (``body_fields``
     reads it back); for tools and tests that write one by hand."""
-    return b"\n".join(fields.get(name, b"") for name in BODY_FIELDS)
+    parts = [fields.get(name, b"") for name in BODY_FIELDS]
+    if not parts[-1]:
+        parts.pop()  # no trail: the body ends after the request
+    return b"\n".join(parts)
+
+
+def trail_lines(body: bytes | None) -> list[bytes]:
+    """The audit events a handoff's body holds (its ``trail``), oldest first."""
+    trail = body_fields(body).get("trail")
+    return trail.split(b"\n") if trail else []
 
 
 @dataclass(frozen=True)
@@ -167,7 +186,8 @@ class KeySpace:
 
     @functools.cached_property
     def pending(self) -> str:
-        """All pending handoffs."""
+        """All pending handoffs written before 0.2 (each in its type's index too, which is
+        what readers read; ``HandoffStore.type_indexes``)."""
         return f"{self.prefix}pending"
 
     def pending_by_channel(self, channel: str) -> str:

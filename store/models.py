@@ -561,9 +561,13 @@ class AuditEvent(BaseModel):
         """Parse an event as written by the Lua scripts (``at`` in epoch milliseconds).
 
         ``handoff_id``: of a handoff's own trail, whose events leave their id out (older
-        ones hold it); the namespace's stream names it in each event.
+        ones hold it); the namespace's stream names it in each event. A trail in a
+        handoff's body holds each event as an array, ``[at, actor, event, detail]``.
         """
         data = json.loads(raw)
+        if isinstance(data, list):  # [at, actor, event, detail]: a line of a handoff's body
+            at, actor, event, *rest = data
+            data = {"at": at, "actor": actor, "event": event, "detail": rest[0] if rest else {}}
         detail = data.get("detail")
         return cls(
             event=data["event"],

@@ -40,7 +40,7 @@ from store.exceptions import (
     TooManyVotes,
 )
 from store.ids import new_handoff_id
-from store.keys import KeySpace, body_fields
+from store.keys import KeySpace, body_fields, trail_lines
 from store.lua import LuaScript, ReplicaAcks, confirmed_pipeline
 from store.metrics import via_class
 from store.models import (
@@ -427,8 +427,9 @@ class HandoffStore:
             self._scripts["DECIDE"].queue_text(pipe, keys=keys, args=args)
 
     def _pending_indexes(self, request: HandoffRequest | Handoff) -> list[str]:
+        # No index of all pending handoffs: each is in its type's, and the four together are
+        # all of them (``pending_ids``), which saves about 130 bytes per waiting handoff.
         keys = [
-            self.keys.pending,
             self.keys.pending_by_run(request.run_id),
             self.keys.pending_by_type(request.request_type.value),
         ]
@@ -508,6 +509,23 @@ class HandoffStore:
             found.extend(Handoff.model_validate_json(doc) for doc in documents if doc)
         return found
 
+    @functools.cached_property
+    def type_indexes(self) -> list[str]:
+        """The pending index of each request type: together, every pending handoff, each in
+        one of them (handoffs written before 0.2 are in ``KeySpace.pending`` too)."""
+        return [self.keys.pending_by_type(t.value) for t in RequestType]
+
+    def pending_ids(self, after: str | None = None, *, limit: int = 20) -> list[str]:
+        """Up to ``limit`` ids of pending handoffs, oldest first, after the id ``after``: the
+        type indexes merged, one round trip."""
+        start = f"({after}" if after else "-"
+        with self.redis.pipeline(transaction=False) as pipe:
+            for key in self.type_indexes:
+                pipe.zrange(key, start, "+", bylex=True, offset=0, num=limit)
+            found = pipe.execute()
+        merged = sorted({as_text(i) for ids in found for i in ids})
+        return merged[:limit]
+
     def list_pending(
         self, index_key: str | None = None, *, cursor: str | None = None, limit: int = 20
     ) -> Page:
@@ -515,12 +533,12 @@ class HandoffStore:
 
         ``cursor`` is the ``next_cursor`` of the previous page.
         """
-        key = index_key or self.keys.pending
-        start = f"({cursor}" if cursor else "-"
-        ids = [
-            as_text(i)
-            for i in self.redis.zrange(key, start, "+", bylex=True, offset=0, num=limit + 1)
-        ]
+        if index_key is None:
+            ids = self.pending_ids(cursor, limit=limit + 1)
+        else:
+            start = f"({cursor}" if cursor else "-"
+            found = self.redis.zrange(index_key, start, "+", bylex=True, offset=0, num=limit + 1)
+            ids = [as_text(i) for i in found]
         more = len(ids) > limit
         ids = ids[:limit]
         items = self.get_many(ids)
@@ -528,14 +546,21 @@ class HandoffStore:
 
     def count_pending(self, index_key: str | None = None) -> int:
         """How many handoffs an index holds (default: all pending)."""
-        return int(self.redis.zcard(index_key or self.keys.pending))
+        if index_key is not None:
+            return int(self.redis.zcard(index_key))
+        with self.redis.pipeline(transaction=False) as pipe:
+            for key in self.type_indexes:
+                pipe.zcard(key)
+            return sum(int(n) for n in pipe.execute())
 
     def audit_trail(self, handoff_id: str) -> list[AuditEvent]:
-        """The handoff's audit events, oldest first."""
-        return [
-            AuditEvent.from_json(raw, handoff_id)
-            for raw in self.redis.lrange(self.keys.audit(handoff_id), 0, -1)
-        ]
+        """The handoff's audit events, oldest first: its body's trail, or the list of a
+        handoff written before (``store.keys``)."""
+        with self.redis.pipeline(transaction=False) as pipe:
+            pipe.lrange(self.keys.audit(handoff_id), 0, -1)
+            pipe.get(self.keys.handoff_body(handoff_id))
+            listed, body = pipe.execute()
+        return [AuditEvent.from_json(raw, handoff_id) for raw in listed or trail_lines(body)]
 
     def global_audit(
         self, *, since: datetime | None = None, count: int | None = None
@@ -619,11 +644,23 @@ class HandoffStore:
 
     def _trail_events(self, places: list[tuple[str, int]]) -> list[Any]:
         """The trail events at ``places`` (handoff id, place in its trail), in one round
-        trip: what the stream's pointer entries name (see ``audit`` in ``store.scripts``)."""
+        trip: what the stream's pointer entries name (see ``audit`` in ``store.scripts``).
+        A trail is its handoff's body's (read once per handoff), or a list written before."""
+        owners = list(dict.fromkeys(handoff_id for handoff_id, _ in places))
         pipe = self.redis.pipeline(transaction=False)
         for handoff_id, index in places:
             pipe.lindex(self.keys.audit(handoff_id), index)
-        return list(pipe.execute())
+        for handoff_id in owners:
+            pipe.get(self.keys.handoff_body(handoff_id))
+        replies = pipe.execute()
+        listed, bodies = replies[: len(places)], replies[len(places) :]
+        trails = {owner: trail_lines(body) for owner, body in zip(owners, bodies, strict=True)}
+        events: list[Any] = []
+        for (handoff_id, index), in_list in zip(places, listed, strict=True):
+            trail = trails[handoff_id]
+            in_body = trail[index] if 0 <= index < len(trail) else None
+            events.append(in_list if in_list is not None else in_body)
+        return events
 
     def failed_tasks(self) -> list[tuple[TaskKind, str]]:
         """Deliveries and resumes that gave up, oldest first."""
@@ -1586,7 +1623,13 @@ def _audit_page(
 
 def _naming(trail_event: bytes, handoff_id: str) -> bytes:
     """A trail event (JSON without the id its key says) as the stream holds whole events:
-    with ``handoff_id``, first, so readers that search the bytes find it there too."""
+    with ``handoff_id``, first, so readers that search the bytes find it there too. An event
+    of a body's trail (``[at, actor, event, detail]``) becomes the object the stream holds."""
+    if trail_event.lstrip().startswith(b"["):
+        at, actor, event, *rest = json.loads(trail_event)
+        whole = {"handoff_id": handoff_id, "event": event, "actor": actor, "at": at}
+        detail = rest[0] if rest else {}
+        return json.dumps({**whole, "detail": detail}, separators=(",", ":")).encode()
     named = b'{"handoff_id":' + json.dumps(handoff_id).encode()
     rest = trail_event.strip()[1:]
     return named + (b"," + rest if rest.strip() != b"}" else b"}")

@@ -51,11 +51,13 @@ local PENDING_ONLY = {'remind', 'escalate'}
 -- a hashtable, about twice the memory). The long ones are the handoff's body
 -- ({ns}:hb:<id>), one string (a string costs a few bytes beyond its text; a hash of them,
 -- a hashtable, about 300 more): the approved arguments' digest, the pending index keys
--- (JSON) and the request JSON, in BODY_FIELDS order, each ended by a newline but the last
--- (compact JSON and a digest never hold one). Handoffs written before kept them in the hash
--- itself: reads look there first (body_get), and a write moves the field to the body
--- (body_set), so both shapes are read, decided and resumed alike.
-local BODY_FIELDS = {'args_digest', 'indexes', 'request'}
+-- (JSON), the request JSON and the handoff's audit trail, in BODY_FIELDS order, each ended
+-- by a newline but the last (compact JSON and a digest never hold one). The trail, last, is
+-- its events one per line (see audit); a body without events ends after the request.
+-- Handoffs written before kept the first three in the hash itself: reads look there first
+-- (body_get), and a write moves the field to the body (body_set), so both shapes are read,
+-- decided and resumed alike; their trails stay in a list of their own (audit).
+local BODY_FIELDS = {'args_digest', 'indexes', 'request', 'trail'}
 local NEWLINE = string.char(10)
 
 local function body_key(hkey)
@@ -77,10 +79,13 @@ local function body_fields(hkey)
   return fields
 end
 
+-- SET, never APPEND: an appended string keeps up to as much room again as it holds, and
+-- KEEPTTL: a purged handoff's body may be kept a while for its trail (PURGE_DECIDED).
 local function write_body(hkey, fields)
   local parts = {}
   for i, name in ipairs(BODY_FIELDS) do parts[i] = fields[name] or '' end
-  redis.call('SET', body_key(hkey), table.concat(parts, NEWLINE))
+  if parts[#parts] == '' then parts[#parts] = nil end
+  redis.call('SET', body_key(hkey), table.concat(parts, NEWLINE), 'KEEPTTL')
 end
 
 -- A long field: the hash's (a handoff written before the body), else the body's; false
@@ -177,7 +182,12 @@ local REPEATABLE = {denied = true, viewed_full = true}
 local TRAIL_KEEPS_REPEATS_UP_TO = 200
 
 -- The handoff's own trail leaves out its id, which its key says (AuditEvent.from_json puts
--- it back): one copy less per event of every waiting handoff. Older trails hold it.
+-- it back): one copy less per event of every waiting handoff. Older trails hold it. It is
+-- the last field of the handoff's body, one event per line, each a JSON array [at, actor,
+-- event, detail]: no key, list or field names of its own per handoff (about 270 bytes less
+-- per waiting handoff than a list of objects). A handoff whose trail is a list already
+-- (written before), or that has no body (written before the body, or purged), keeps
+-- adding to the list {ns}:audit:<id>, as objects.
 --
 -- While the handoff is pending, the stream's entry only points at the trail's copy
 -- ('p' the id, 'i' its place in the trail), which the readers follow (HandoffStore.
@@ -188,12 +198,26 @@ local TRAIL_KEEPS_REPEATS_UP_TO = 200
 -- before: they may outlive the handoff there.
 local function audit(id, event, actor, at, detail)
   local trail = P .. 'audit:' .. id
+  local hkey = P .. 'h:' .. id
   local kept = nil
-  if not REPEATABLE[event] or redis.call('LLEN', trail) < TRAIL_KEEPS_REPEATS_UP_TO then
+  local body = redis.call('EXISTS', trail) == 0 and body_fields(hkey) or nil
+  if body and body.request then
+    local held = 0
+    if body.trail then
+      held = 1
+      for _ in string.gmatch(body.trail, NEWLINE) do held = held + 1 end
+    end
+    if not REPEATABLE[event] or held < TRAIL_KEEPS_REPEATS_UP_TO then
+      local line = cjson.encode({at, actor, event, detail})
+      body.trail = body.trail and (body.trail .. NEWLINE .. line) or line
+      write_body(hkey, body)
+      kept = held + 1
+    end
+  elseif not REPEATABLE[event] or redis.call('LLEN', trail) < TRAIL_KEEPS_REPEATS_UP_TO then
     kept = redis.call('RPUSH', trail, cjson.encode({event = event, actor = actor, at = at,
                                                     detail = detail}))
   end
-  if kept and redis.call('HGET', P .. 'h:' .. id, 'status') == 'pending' then
+  if kept and redis.call('HGET', hkey, 'status') == 'pending' then
     redis.call('XADD', P .. 'audit', '*', 'p', id, 'i', kept - 1)
   else
     redis.call('XADD', P .. 'audit', '*', 'e', cjson.encode({event = event, handoff_id = id,
@@ -1050,16 +1074,19 @@ for _, id in ipairs(due) do
         run_id = okr and type(request) == 'table' and request.run_id or nil,
         error = g[3]})
     end
-    redis.call('DEL', hkey, body_key(hkey))
+    redis.call('DEL', hkey)
     -- The stream's pointers into the trail (events of the pending handoff, see audit) are
     -- no later than the decision. Past retention after it, the trim at the end of this very
     -- script removes them all: the trail goes now. A handoff purged sooner (its retention
-    -- entry due early) keeps its trail until the sweep after the pointers' trim.
+    -- entry due early) keeps its trail (the body's last field, or its list) until the sweep
+    -- after the pointers' trim.
     local decided_at = tonumber(f[4] or 0)
     if decided_at + retention < now then
-      redis.call('DEL', P .. 'audit:' .. id)
+      redis.call('DEL', P .. 'audit:' .. id, body_key(hkey))
     else
-      redis.call('PEXPIREAT', P .. 'audit:' .. id, decided_at + retention + tonumber(ARGV[4]))
+      local until_ms = decided_at + retention + tonumber(ARGV[4])
+      redis.call('PEXPIREAT', P .. 'audit:' .. id, until_ms)
+      redis.call('PEXPIREAT', body_key(hkey), until_ms)
     end
     local idem = f[2]
     if idem and idem ~= '' then

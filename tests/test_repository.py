@@ -119,7 +119,7 @@ def test_retried_create_with_same_idempotency_key_returns_the_first_handoff(
     assert not second.created
     assert second.handoff.id == first.handoff.id
     assert second.handoff == store.get(first.handoff.id)
-    assert redis.zrange(store.keys.pending, 0, -1) == [first.handoff.id.encode()]
+    assert store.pending_ids() == [first.handoff.id]
     assert events(store, first.handoff.id) == ["created"]
     assert [e.event for e in store.global_audit()] == ["created"]
     assert outbox(redis, store) == [f"deliver:{first.handoff.id}"]
@@ -613,7 +613,6 @@ def test_pending_indexes_list_a_new_handoff_and_drop_it_when_decided(
     )
     keys = store.keys
     indexes = [
-        keys.pending,
         keys.pending_by_channel("C01"),
         keys.pending_by_run("run-7"),
         keys.pending_by_reviewer("U01"),
@@ -626,6 +625,9 @@ def test_pending_indexes_list_a_new_handoff_and_drop_it_when_decided(
         assert [h.id for h in store.list_pending(index).items] == [handoff.id], index
     assert redis.zscore(keys.deadlines, handoff.id) is not None
     assert store.count_pending(keys.pending_by_type("question")) == 0
+    # No index of every pending handoff: its type's index is where "all" finds it.
+    assert not redis.exists(keys.pending)
+    assert store.pending_ids() == [handoff.id] and store.count_pending() == 1
 
     store.decide(handoff.id, Status.REJECTED, decided_by="U1")
 
@@ -652,6 +654,31 @@ def test_cursor_pagination_returns_every_pending_handoff_once_oldest_first(
 
     assert [len(p) for p in pages] == [20, 20, 5]
     assert [i for page in pages for i in page] == created
+
+
+def test_every_pending_handoff_of_every_type_is_listed_once_in_id_order(
+    store: HandoffStore,
+) -> None:
+    """The listing of every pending handoff merges the four type indexes: each handoff
+    once, oldest first, across pages whose cursors fall between types."""
+    base_ms = int(time.time() * 1000)
+    kinds = list(RequestType)
+    created = [
+        create(store, kinds[i % 3 if i % 7 else 3], handoff_id=new_handoff_id(base_ms + i)).id
+        for i in range(23)
+    ]
+
+    listed, cursor = [], None
+    while True:
+        page = store.list_pending(cursor=cursor, limit=4)
+        listed += [h.id for h in page.items]
+        if (cursor := page.next_cursor) is None:
+            break
+    assert listed == created
+    assert store.count_pending() == 23
+    assert store.pending_ids(created[20], limit=5) == created[21:]
+    store.cancel(created[7], cancelled_by="U1", resume=False)
+    assert created[7] not in store.pending_ids(limit=30) and store.count_pending() == 22
 
 
 def test_last_full_page_has_no_next_cursor(store: HandoffStore) -> None:

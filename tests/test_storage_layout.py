@@ -15,7 +15,7 @@ from redis import Redis
 from store.canonical import action_digest
 from store.exceptions import ArgumentsChanged, HandoffNotFound
 from store.ids import new_handoff_id
-from store.keys import body_fields, stored_index_keys
+from store.keys import body_fields, body_string, stored_index_keys, trail_lines
 from store.models import HandoffRequest, Status, TaskKind, TaskState
 from store.repository import HandoffStore, StoreConfig, TaskPolicy
 from tests.conftest import WorkerProcesses, wait_until
@@ -130,6 +130,10 @@ def test_an_old_shape_handoff_is_read_decided_and_resumed_once(
     assert [h.id for h in store.list_pending(store.keys.pending_by_reviewer(REVIEWER)).items] == [
         handoff_id
     ]
+    # In the index of all pending handoffs it was written to, and in its type's, which the
+    # listing of all reads.
+    assert [h.id for h in store.list_pending().items] == [handoff_id]
+    assert store.count_pending() == 1
     # Its idempotency key still finds it: the same request is not created again.
     again = store.create(_request("run-old-1"), handoff_id=new_handoff_id())
     assert (again.created, again.handoff.id) == (False, handoff_id)
@@ -227,20 +231,34 @@ def test_a_posted_handoff_keeps_a_listpack_hash_its_body_and_one_shared_policy(
         assert redis.hget(hkey, "policy").startswith(b"@")  # type: ignore[union-attr]
         assert redis.type(store.keys.handoff_body(handoff_id)) == b"string"
         body = body_fields(redis.get(store.keys.handoff_body(handoff_id)))
-        assert set(body) == {"request", "indexes", "args_digest"}
+        assert set(body) == {"request", "indexes", "args_digest", "trail"}
+        # The trail is the body's: no list of its own.
+        assert not redis.exists(store.keys.audit(handoff_id))
         assert body["args_digest"].startswith(b"sha256:")
-        # Index keys without the prefix they share; read back whole.
-        assert json.loads(body["indexes"])[:2] == ["", f":run:run-new-{ids.index(handoff_id)}"]
+        # Index keys without the prefix they share; read back whole. No index of all.
+        run_id = f"run-new-{ids.index(handoff_id)}"
+        assert json.loads(body["indexes"])[:2] == [f":run:{run_id}", ":type:approval"]
         assert stored_index_keys(store.keys, body["indexes"])[:2] == [
-            store.keys.pending,
-            store.keys.pending_by_run(f"run-new-{ids.index(handoff_id)}"),
+            store.keys.pending_by_run(run_id),
+            store.keys.pending_by_type("approval"),
         ]
         stored = json.loads(body["request"])
         assert stored["run_id"] == store.get(handoff_id).run_id
-        # The trail leaves the id out; reading it puts it back.
-        raw = json.loads(redis.lindex(store.keys.audit(handoff_id), 0) or b"{}")
-        assert "handoff_id" not in raw
-        assert store.audit_trail(handoff_id)[0].handoff_id == handoff_id
+        # The trail, an event a line as [at, actor, event, detail], leaves the id out;
+        # reading it puts it back.
+        lines = trail_lines(redis.get(store.keys.handoff_body(handoff_id)))
+        assert [json.loads(line)[1:3] for line in lines] == [
+            ["agent", "created"],
+            ["worker", "delivery_started"],
+            ["worker", "delivered"],
+        ]
+        trail = store.audit_trail(handoff_id)
+        assert [(e.handoff_id, e.event, e.actor) for e in trail] == [
+            (handoff_id, "created", "agent"),
+            (handoff_id, "delivery_started", "worker"),
+            (handoff_id, "delivered", "worker"),
+        ]
+        assert trail[1].detail == {"attempt": 1}
     # Idempotency keys and message links are fields of one hash each, not keys of their own.
     assert redis.hgetall(store.keys.idempotency_ids) == {
         f"run-new-{n}-refund".encode(): handoff_id.encode() for n, handoff_id in enumerate(ids)
@@ -310,6 +328,36 @@ def test_whole_stream_entries_of_a_pending_handoff_written_before_still_read(
     ]
 
 
+def test_a_trail_kept_as_a_list_before_keeps_growing_there_and_reads_alike(
+    redis: Redis, fast_tasks: TaskPolicy
+) -> None:
+    """Before the body held the trail, a handoff with a body kept its events in a list of
+    objects at ``{ns}:audit:<id>``: its later events go on there (one trail, in order), the
+    stream's pointers read them, and the purge removes it."""
+    store = HandoffStore(redis, StoreConfig(tasks=fast_tasks, retention_seconds=0))
+    handoff_id = _posted(store, "run-list-1")
+    body_key = store.keys.handoff_body(handoff_id)
+    # The same handoff as the previous release wrote it: the events a list, the body without.
+    fields = body_fields(redis.get(body_key))
+    for line in fields.pop("trail").split(b"\n"):
+        at, actor, event, detail = json.loads(line)
+        entry = {"event": event, "actor": actor, "at": at, "detail": detail}
+        redis.rpush(store.keys.audit(handoff_id), json.dumps(entry))
+    redis.set(body_key, body_string(fields))
+
+    store.cancel(handoff_id, cancelled_by="U0ADMIN", resume=False)
+    events = ["created", "delivery_started", "delivered", "cancelled"]
+    assert [e.event for e in store.audit_trail(handoff_id)] == events
+    assert redis.llen(store.keys.audit(handoff_id)) == 4
+    assert "trail" not in body_fields(redis.get(body_key))
+    entries = [(e.event.handoff_id, e.event.event) for e in store.audit_entries()]
+    assert entries == [(handoff_id, event) for event in events]
+
+    redis.zadd(store.keys.retention, {handoff_id: 0})
+    assert store.purge_decided() == 1
+    assert not redis.exists(store.keys.audit(handoff_id), body_key)
+
+
 def test_a_trail_the_stream_still_points_at_outlives_an_early_purge(
     redis: Redis, fast_tasks: TaskPolicy
 ) -> None:
@@ -324,8 +372,9 @@ def test_a_trail_the_stream_still_points_at_outlives_an_early_purge(
     assert store.purge_decided() == 1
     with pytest.raises(HandoffNotFound):
         store.get(handoff_id)
-    trail_key = store.keys.audit(handoff_id)
-    # Retention after the decision, and the sweep's recheck period (an hour) to spare.
+    # The trail is the body's: the body stays, retention after the decision and the
+    # sweep's recheck period (an hour) to spare.
+    trail_key = store.keys.handoff_body(handoff_id)
     assert 7_100_000 < redis.pttl(trail_key) <= 7_200_000
     assert [e.event.event for e in store.audit_entries()][:3] == [
         "created",

@@ -443,13 +443,13 @@ def build_app(store: HandoffStore, config: ApiConfig) -> FastAPI:
         if not key.admin:
             # An agent key pages through its own index only, so neither the handoffs nor
             # the cursors of other keys show; the filters apply within it.
-            index = store.keys.pending_by_key(key.name)
+            index: str | None = store.keys.pending_by_key(key.name)
         elif run_id:
             index = store.keys.pending_by_run(run_id)
         elif channel:
             index = store.keys.pending_by_channel(channel)
         else:
-            index = store.keys.pending
+            index = None  # every pending handoff
         page = store.list_pending(index, cursor=cursor, limit=limit)
         shown = [
             HandoffOut.of(h)

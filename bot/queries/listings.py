@@ -181,7 +181,8 @@ class Listings:
         if listing.kind is ListKind.MINE:
             sources, accept = self._queue_of(viewer)
         else:
-            sources, accept = [_IndexSource(self.store, self._index_key(listing))], None
+            keys = self._index_keys(listing)
+            sources, accept = [_IndexSource(self.store, key) for key in keys], None
         if before is not None:
             page = self._collect(listing, sources, accept, before, forward=False, limit=limit)
             if not page.items:  # everything before it was decided meanwhile: start over
@@ -189,7 +190,7 @@ class Listings:
         else:
             page = self._collect(listing, sources, accept, after, forward=True, limit=limit)
         if listing.kind is not ListKind.MINE:
-            page = self._with_position(page, self._index_key(listing))
+            page = self._with_position(page, self._index_keys(listing))
         return page
 
     def queue(self, viewer: str, *, limit: int = PAGE_SIZE) -> Listing:
@@ -198,22 +199,24 @@ class Listings:
 
     # -- sources ------------------------------------------------------------------------
 
-    def _index_key(self, listing: ListFilter) -> str:
+    def _index_keys(self, listing: ListFilter) -> list[str]:
+        """The indexes a listing reads: one, or for every pending handoff the type indexes,
+        which hold each once (``HandoffStore.type_indexes``)."""
         keys = self.store.keys
         if listing.kind is ListKind.CHANNEL:
-            return keys.pending_by_channel(listing.value)
+            return [keys.pending_by_channel(listing.value)]
         if listing.kind is ListKind.RUN:
-            return keys.pending_by_run(listing.value)
+            return [keys.pending_by_run(listing.value)]
         if listing.kind is ListKind.TYPE:
-            return keys.pending_by_type(listing.value)
-        return keys.pending
+            return [keys.pending_by_type(listing.value)]
+        return self.store.type_indexes
 
     def _queue_of(self, viewer: str) -> tuple[list[_Source], Callable[[Handoff], bool]]:
         def may_decide(handoff: Handoff) -> bool:
             return self.reviewers.denial(viewer, handoff) is None
 
         if self.reviewers.admins.may_decide_anything(viewer):
-            return [_IndexSource(self.store, self.store.keys.pending)], may_decide
+            return [_IndexSource(self.store, k) for k in self.store.type_indexes], may_decide
         # The same user-group snapshot as the permission check (``ReviewerPolicy.denial``).
         groups = self.reviewers.usergroups.groups_of(viewer)
         sources: list[_Source] = [
@@ -308,19 +311,24 @@ class Listings:
             offset=start,
         )
 
-    def _with_position(self, page: Listing, key: str) -> Listing:
+    def _with_position(self, page: Listing, keys: list[str]) -> Listing:
+        """The page with its total and offset, summed over ``keys`` (indexes that hold each
+        handoff at most once between them)."""
         pipe = self.store.redis.pipeline(transaction=False)
-        pipe.zcard(key)
-        if page.items:
-            pipe.zlexcount(key, "-", f"({page.items[0].id}")
+        for key in keys:
+            pipe.zcard(key)
+            if page.items:
+                pipe.zlexcount(key, "-", f"({page.items[0].id}")
         answers: list[Any] = pipe.execute()
-        offset = int(answers[1]) if page.items else 0
+        step = 2 if page.items else 1
+        total = sum(int(answers[i]) for i in range(0, len(answers), step))
+        offset = sum(int(answers[i + 1]) for i in range(0, len(answers), step)) if page.items else 0
         return Listing(
             page.filter,
             page.items,
             # Exact here: an index says whether anything sorts before this page.
             prev_cursor=page.items[0].id if page.items and offset > 0 else None,
             next_cursor=page.next_cursor,
-            total=int(answers[0]),
+            total=total,
             offset=offset,
         )

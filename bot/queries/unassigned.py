@@ -110,13 +110,7 @@ class UnassignedIndex:
     def _walk(self, walked: str | None, budget: int) -> str | None:
         examined = 0
         while True:
-            low = f"({walked}" if walked else "-"
-            ids = [
-                as_text(i)
-                for i in self.store.redis.zrange(
-                    self.store.keys.pending, low, "+", bylex=True, offset=0, num=BATCH
-                )
-            ]
+            ids = self.store.pending_ids(walked, limit=BATCH)
             if len(ids) < BATCH:
                 self._sort(ids, walked=_DONE)
                 return None

@@ -51,6 +51,8 @@ ALLOWED_AUDIT_EVENTS = frozenset({"denied", "viewed_full"})
 
 AUDIT_STREAM = b"{ho}:audit"
 AUDIT_LIST_PREFIX = b"{ho}:audit:"
+BODY_PREFIX = b"{ho}:hb:"
+"""A handoff's body: its fields may not change, its trail (the last field) may only grow."""
 
 
 @dataclass(frozen=True)
@@ -223,22 +225,44 @@ def snapshot(redis: Redis, *, with_allowed: bool = True) -> State:
     keys = sorted(set(redis.keys(NAMESPACE_KEYS)) | set(redis.keys(QUEUE_KEYS)))
     if not with_allowed:
         keys = [k for k in keys if not k.startswith(ALLOWED_PREFIXES)]
-    plain = [k for k in keys if k != AUDIT_STREAM and not k.startswith(AUDIT_LIST_PREFIX)]
+    trails = (AUDIT_LIST_PREFIX, BODY_PREFIX)
+    plain = [k for k in keys if k != AUDIT_STREAM and not k.startswith(trails)]
     audits = [k for k in keys if k.startswith(AUDIT_LIST_PREFIX)]
+    bodies = [k for k in keys if k.startswith(BODY_PREFIX)]
     pipe = redis.pipeline(transaction=True)
     for key in plain:
         pipe.dump(key)
     for key in audits:
         pipe.llen(key)
         pipe.lindex(key, -1)
+    for key in bodies:
+        pipe.get(key)
     pipe.xlen(AUDIT_STREAM)
     pipe.xrevrange(AUDIT_STREAM, count=1)
     answers = pipe.execute()
     dumps = {k: v for k, v in zip(plain, answers, strict=False) if v is not None}
-    ends = answers[len(plain) : -2]
+    ends = answers[len(plain) : len(plain) + 2 * len(audits)]
     audit_ends = {k: (ends[2 * i], ends[2 * i + 1]) for i, k in enumerate(audits)}
+    for key, body in zip(bodies, answers[len(plain) + 2 * len(audits) : -2], strict=True):
+        if body is not None:
+            fields, trail = _split_body(body)
+            dumps[key] = fields
+            audit_ends[key] = (len(trail), trail[-1] if trail else None)
     last = answers[-1]
     return State(dumps, audit_ends, (answers[-2], last[0][0] if last else None))
+
+
+def _split_body(body: bytes) -> tuple[bytes, list[bytes]]:
+    """A handoff body's fields (``store.keys.BODY_FIELDS`` but the trail) and its trail."""
+    parts = body.split(b"\n", 3)
+    return b"\n".join(parts[:3]), parts[3].split(b"\n") if len(parts) > 3 else []
+
+
+def _trail(redis: Redis, key: bytes) -> list[bytes]:
+    """A trail's events: a list's, or a handoff body's."""
+    if key.startswith(BODY_PREFIX):
+        return _split_body(redis.get(key) or b"")[1]
+    return redis.lrange(key, 0, -1)
 
 
 _FINGERPRINT = """
@@ -248,12 +272,25 @@ table.sort(keys)
 local parts, audits = {}, {}
 for _, key in ipairs(keys) do
   local allowed = false
-  for i = 4, #ARGV do
+  for i = 5, #ARGV do
     if string.sub(key, 1, #ARGV[i]) == ARGV[i] then allowed = true; break end
   end
   if not allowed and key ~= ARGV[3] then
     if string.sub(key, 1, #ARGV[3] + 1) == ARGV[3] .. ':' then
       audits[#audits + 1] = {key, redis.call('LLEN', key), redis.call('LINDEX', key, -1)}
+    elseif string.sub(key, 1, #ARGV[4]) == ARGV[4] then
+      -- A body: its first three lines are fields, the rest its trail (one event a line).
+      local body, from, lines = redis.call('GET', key), 1, {}
+      while true do
+        local at = string.find(body, '\\n', from, true)
+        if not at then lines[#lines + 1] = string.sub(body, from); break end
+        lines[#lines + 1] = string.sub(body, from, at - 1)
+        from = at + 1
+      end
+      parts[#parts + 1] = key
+      parts[#parts + 1] = table.concat(lines, '\\n', 1, math.min(3, #lines))
+      audits[#audits + 1] = {key, math.max(#lines - 3, 0), lines[#lines] or false}
+      if #lines <= 3 then audits[#audits][3] = false end
     else
       parts[#parts + 1] = key
       parts[#parts + 1] = redis.call('DUMP', key)
@@ -279,7 +316,7 @@ class Fingerprint:
 def fingerprint(redis: Redis) -> Fingerprint:
     """The state's fingerprint, computed by Redis (cheap enough for every fuzz example)."""
     digest, audits, stream_len, last_id = redis.eval(
-        _FINGERPRINT, 0, NAMESPACE_KEYS, QUEUE_KEYS, AUDIT_STREAM, *ALLOWED_PREFIXES
+        _FINGERPRINT, 0, NAMESPACE_KEYS, QUEUE_KEYS, AUDIT_STREAM, BODY_PREFIX, *ALLOWED_PREFIXES
     )
     ends = {key: (length, last or None) for key, length, last in audits}
     return Fingerprint(digest, State({}, ends, (stream_len, last_id or None)))
@@ -304,10 +341,11 @@ def changes(before: State, after: State, redis: Redis) -> list[str]:
         )
         if new_len == old_len:
             continue
-        if new_len < old_len or (old_len and redis.lindex(key, old_len - 1) != old_last):
+        trail = _trail(redis, key)
+        if new_len < old_len or (old_len and trail[old_len - 1] != old_last):
             found.append(f"{key.decode()}: existing audit entries changed")
             continue
-        found += _event_problems(key, redis.lrange(key, old_len, new_len - 1))
+        found += _event_problems(key, trail[old_len:new_len])
     (old_len, old_id), (new_len, _) = before.stream_end, after.stream_end
     if new_len != old_len:
         start = b"(" + old_id if old_id else b"-"
@@ -321,13 +359,19 @@ def changes(before: State, after: State, redis: Redis) -> list[str]:
 def _whole_event(redis: Redis, fields: dict[bytes, bytes]) -> bytes:
     """A stream entry's event: whole, or the trail event a pending handoff's entry points at."""
     if b"p" in fields:
-        trail = AUDIT_LIST_PREFIX + fields[b"p"]
-        return redis.lindex(trail, int(fields.get(b"i", b"0"))) or b"{}"  # type: ignore[return-value]
+        index = int(fields.get(b"i", b"0"))
+        listed = redis.lindex(AUDIT_LIST_PREFIX + fields[b"p"], index)
+        if listed is not None:
+            return listed  # type: ignore[return-value]
+        trail = _trail(redis, BODY_PREFIX + fields[b"p"])
+        return trail[index] if index < len(trail) else b"{}"
     return fields.get(b"e", b"{}")
 
 
 def _event_problems(key: bytes, entries: list[bytes]) -> list[str]:
-    events = {json.loads(raw).get("event") for raw in entries}
+    # A body's trail holds each event as [at, actor, event, detail].
+    parsed = [json.loads(raw) for raw in entries]
+    events = {e[2] if isinstance(e, list) else e.get("event") for e in parsed}
     return [f"{key.decode()}: audit event {e!r} appended" for e in events - ALLOWED_AUDIT_EVENTS]
 
 
