@@ -9,6 +9,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,15 +32,26 @@ def _gone(pid: int) -> bool:
 
 
 def _handle(payload: bytes) -> None:
-    """Commands the tests send: ``pid FILE``, ``raise``, ``exit``, ``hang FILE``, ``gil FILE``,
-    ``spawn FILE`` (a ``sleep 60`` whose pid goes to FILE, then hang), ``ticker FILE`` (a
-    program writing ticks to FILE.ticks, whose pid goes to FILE, then hang) and ``ticker-gil
-    FILE`` (the same, then busy holding the GIL)."""
+    """Commands the tests send: ``pid FILE``, ``raise``, ``thread-then-raise FILE`` (a
+    thread that writes FILE.late half a second later; the pid goes to FILE), ``exit``,
+    ``hang FILE``, ``gil FILE``, ``spawn FILE`` (a ``sleep 60`` whose pid goes to FILE, then
+    hang), ``ticker FILE`` (a program writing ticks to FILE.ticks, whose pid goes to FILE,
+    then hang) and ``ticker-gil FILE`` (the same, then busy holding the GIL)."""
     command, _, argument = payload.decode().partition(" ")
     if command == "pid":
         Path(argument).write_text(str(os.getpid()))
     elif command == "raise":
         raise RuntimeError("downstream unavailable")
+    elif command == "thread-then-raise":  # a tool's thread its framework gave up on, say
+        pid_file = Path(argument)
+
+        def later() -> None:
+            time.sleep(0.5)
+            Path(f"{argument}.late").write_text("the failed attempt's thread ran on")
+
+        threading.Thread(target=later).start()
+        pid_file.write_text(str(os.getpid()))
+        raise RuntimeError("a sibling call failed")
     elif command == "exit":
         os._exit(3)
     elif command == "hang":
@@ -101,6 +113,22 @@ def test_an_error_is_reported_with_its_type_and_traceback(process: KillableProce
         process.run(b"raise", timeout=5)
     assert str(raised.value) == "RuntimeError: downstream unavailable"
     assert "in _handle" in raised.value.details
+
+
+def test_what_a_call_that_raised_left_running_never_runs_next_to_the_next_call(
+    process: KillableProcess, tmp_path: Path
+) -> None:
+    """A call that raised may have left work running (a thread, a program): the child goes
+    with it, so the next attempt, in a new child, never runs next to it."""
+    first, second = tmp_path / "1", tmp_path / "2"
+    with pytest.raises(TargetRaised):
+        process.run(f"thread-then-raise {first}".encode(), timeout=5)
+    failed = int(first.read_text())
+    wait_until(lambda: _gone(failed), timeout=5)
+    process.run(f"pid {second}".encode(), timeout=5)
+    assert int(second.read_text()) != failed
+    time.sleep(0.8)
+    assert not Path(f"{first}.late").exists()
 
 
 def test_a_call_that_swallows_everything_is_killed_at_its_deadline(

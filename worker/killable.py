@@ -10,8 +10,9 @@ keeps such an attempt from recording an outcome; it cannot stop its side effects
 
 So a worker runs its resume targets in a child process of its own (``KillableProcess``),
 forked at its first resume and kept for the next ones (so the agent's modules stay
-imported, as in the worker itself), one call at a time. When a call is not back by its
-deadline, or the job waiting for it is interrupted (RQ's timeout, a cold shutdown), the
+imported, as in the worker itself), one call at a time, until a call raises (what it started
+may still run: a thread, a program) or is not back by its deadline. When a call is not back
+by its deadline, or the job waiting for it is interrupted (RQ's timeout, a cold shutdown), the
 child is killed with SIGKILL, with its whole process group (anything the target started),
 and reaped before the job goes on; the next call forks a new one. The deadline is the job's
 timeout, which ends ``LEASE_GRACE_SECONDS`` before the attempt's lease lapses, so the killed
@@ -150,6 +151,10 @@ class KillableProcess:
         except ValueError:
             outcome = {"ok": False, "error": f"UnreadableReport: {line[:200]!r}"}
         if outcome.get("ok") is not True:
+            # What the call started may still run (a thread of a tool its framework gave up
+            # on, a program): it goes with the child, so it never runs next to the next
+            # attempt, which starts in a new one.
+            self._discard(kill=True)
             raise TargetRaised(str(outcome.get("error")), details=str(outcome.get("details", "")))
 
     def _await_exit(self, seconds: float) -> None:
