@@ -209,8 +209,16 @@ local function audit(id, event, actor, at, detail)
     end
     if not REPEATABLE[event] or held < TRAIL_KEEPS_REPEATS_UP_TO then
       local line = cjson.encode({at, actor, event, detail})
-      body.trail = body.trail and (body.trail .. NEWLINE .. line) or line
-      write_body(hkey, body)
+      if REPEATABLE[event] then
+        -- A click anyone who sees the message may repeat: APPEND writes (to the append-only
+        -- file and the replicas) this line, where SET would write the whole body, request
+        -- and all, every time. The body ends with the request or the last event, so the
+        -- line goes after a newline. Its spare room (APPEND's) goes at the next SET.
+        redis.call('APPEND', body_key(hkey), NEWLINE .. line)
+      else
+        body.trail = body.trail and (body.trail .. NEWLINE .. line) or line
+        write_body(hkey, body)
+      end
       kept = held + 1
     end
   elseif not REPEATABLE[event] or redis.call('LLEN', trail) < TRAIL_KEEPS_REPEATS_UP_TO then
@@ -1185,6 +1193,44 @@ queue_task(hkey, id, 'deliver', now)
 audit(id, 'reassigned', ARGV[3], now, {channel = ARGV[4], reviewers = ARGV[5]})
 remember(ARGV[7], {'ok'})
 return {'ok', handoff_document(hkey, id)}
+"""
+)
+
+# KEYS: for each handoff named, its trail list and its body, in that order.
+# ARGV: prefix, then for each stream pointer (see audit) the handoff's place among KEYS' pairs
+#       (1 for the first) and the event's place in its trail (0 for the first).
+# Only reads. The events the pointers name, in their order (nil for one that is gone): a
+# list's item, else the line of the body's trail; the bodies stay here (a request may be
+# 64 KiB, an event is a line).
+TRAIL_EVENTS = (
+    PRELUDE
+    + """
+local lines_of = {}
+local out = {}
+for n = 2, #ARGV - 1, 2 do
+  local owner, place = tonumber(ARGV[n]), tonumber(ARGV[n + 1])
+  local event = redis.call('LINDEX', KEYS[2 * owner - 1], place)
+  if not event then
+    local lines = lines_of[owner]
+    if not lines then
+      lines = {}
+      -- KEYS[2 * owner] is the body of the handoff whose hash body_fields is given.
+      local trail = body_fields(P .. 'h:' .. string.sub(KEYS[2 * owner], #P + 4)).trail
+      if trail then
+        local from = 1
+        while from <= #trail + 1 do
+          local upto = string.find(trail, NEWLINE, from, true) or (#trail + 1)
+          lines[#lines + 1] = string.sub(trail, from, upto - 1)
+          from = upto + 1
+        end
+      end
+      lines_of[owner] = lines
+    end
+    event = lines[place + 1]
+  end
+  out[#out + 1] = event or false
+end
+return out
 """
 )
 
