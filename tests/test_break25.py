@@ -4,10 +4,17 @@ handoff as the merge of the four type indexes (commit 8af83bd)."""
 from __future__ import annotations
 
 import random
+import time
+from collections.abc import Iterator
+from pathlib import Path
 
+import pytest
 from redis import Redis
 
-from store.models import Status
+from store.ids import new_handoff_id
+from store.models import HandoffRequest, Status, TaskKind
+from store.repository import HandoffStore, StoreConfig
+from tests.support.redis_server import RedisServer
 from worker.client import Handoffs
 
 
@@ -50,17 +57,6 @@ def test_all_pending_pages_over_four_type_indexes_and_old_all_index(
 
 # -- write and read amplification of the trail in the body -------------------------------
 
-import time  # noqa: E402
-from collections.abc import Iterator  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import pytest  # noqa: E402
-
-from store.ids import new_handoff_id  # noqa: E402
-from store.models import HandoffRequest, TaskKind  # noqa: E402
-from store.repository import HandoffStore, StoreConfig  # noqa: E402
-from tests.support.redis_server import RedisServer  # noqa: E402
-
 BIG_CONTEXT = "x" * 60_000
 """Under the 64 KiB payload limit: what an agent may send as context."""
 
@@ -100,7 +96,7 @@ def _big_posted(store: HandoffStore, run_id: str) -> str:
 def test_a_click_anyone_may_repeat_does_not_rewrite_the_whole_body_to_disk(
     own_redis: tuple[Redis, Path],
 ) -> None:
-    """"View full" is open to anyone who sees the message, and a refused click is audited
+    """A "View full" click is open to anyone who sees the message, and a refused click is audited
     too: each is a trail event (up to 200 a handoff). Each must cost the append-only file
     (and the replication stream) about its own line, not a copy of the whole request."""
     redis, data_dir = own_redis
