@@ -180,6 +180,13 @@ end
 -- one), so nobody can grow a trail without bound. Every other event is always kept.
 local REPEATABLE = {denied = true, viewed_full = true}
 local TRAIL_KEEPS_REPEATS_UP_TO = 200
+-- A body at least this long takes a repeatable event by APPEND (see audit): a shorter one
+-- is rewritten whole, which keeps it tight in memory and costs the disk little.
+local APPEND_REPEATS_FROM = 4096
+
+local function body_length(hkey)
+  return redis.call('STRLEN', body_key(hkey))
+end
 
 -- The handoff's own trail leaves out its id, which its key says (AuditEvent.from_json puts
 -- it back): one copy less per event of every waiting handoff. Older trails hold it. It is
@@ -209,11 +216,12 @@ local function audit(id, event, actor, at, detail)
     end
     if not REPEATABLE[event] or held < TRAIL_KEEPS_REPEATS_UP_TO then
       local line = cjson.encode({at, actor, event, detail})
-      if REPEATABLE[event] then
-        -- A click anyone who sees the message may repeat: APPEND writes (to the append-only
-        -- file and the replicas) this line, where SET would write the whole body, request
-        -- and all, every time. The body ends with the request or the last event, so the
-        -- line goes after a newline. Its spare room (APPEND's) goes at the next SET.
+      if REPEATABLE[event] and body_length(hkey) >= APPEND_REPEATS_FROM then
+        -- A click anyone who sees the message may repeat, on a long body: APPEND writes (to
+        -- the append-only file and the replicas) this line, where SET would write the whole
+        -- body, a request of up to 64 KiB, every time. The body ends with the request or
+        -- the last event, so the line goes after a newline. The room APPEND may leave spare
+        -- (up to as much again, once the allocation's own is used up) goes at the next SET.
         redis.call('APPEND', body_key(hkey), NEWLINE .. line)
       else
         body.trail = body.trail and (body.trail .. NEWLINE .. line) or line

@@ -112,8 +112,15 @@ def test_a_click_anyone_may_repeat_does_not_rewrite_the_whole_body_to_disk(
     events = [(e.event, e.actor) for e in store.audit_trail(handoff_id)]
     assert events[3:] == [("viewed_full", f"U0VIEWER{n}") for n in range(clicks)]
     assert [(e.event.event, e.event.actor) for e in store.audit_entries()][3:] == events[3:]
+    # Appended lines, then a whole rewrite (a reassignment's indexes), then more of each.
+    store.reassign(handoff_id, channel="C0ELSEWHERE", by="U0ADMIN")
+    store.record_audit(handoff_id, "denied", actor="U0STRANGER", detail={"via": "button"})
     store.decide(handoff_id, Status.ANSWERED, decided_by="U0REVIEW", answer="yes")
     assert store.get(handoff_id).status is Status.ANSWERED
+    trail = [e.event for e in store.audit_trail(handoff_id)]
+    assert trail[-3:] == ["reassigned", "denied", "decided"] and len(trail) == 3 + clicks + 3
+    assert [e.event.event for e in store.audit_entries()] == trail
+    assert store.get(handoff_id).context == BIG_CONTEXT
 
 
 def test_reading_the_stream_moves_the_pointed_events_not_whole_bodies(
