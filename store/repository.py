@@ -265,6 +265,7 @@ class HandoffStore:
                 "TAKE_BUDGET",
                 "READ",
                 "READ_MANY",
+                "TRAIL_EVENTS",
             )
         }
 
@@ -645,22 +646,18 @@ class HandoffStore:
     def _trail_events(self, places: list[tuple[str, int]]) -> list[Any]:
         """The trail events at ``places`` (handoff id, place in its trail), in one round
         trip: what the stream's pointer entries name (see ``audit`` in ``store.scripts``).
-        A trail is its handoff's body's (read once per handoff), or a list written before."""
-        owners = list(dict.fromkeys(handoff_id for handoff_id, _ in places))
-        pipe = self.redis.pipeline(transaction=False)
+        A trail is its handoff's body's, or a list written before; the server picks the
+        events out (``TRAIL_EVENTS``), so that the bodies, requests and all, stay there."""
+        owners: dict[str, int] = {}
+        args: list[Any] = [self.keys.prefix]
         for handoff_id, index in places:
-            pipe.lindex(self.keys.audit(handoff_id), index)
-        for handoff_id in owners:
-            pipe.get(self.keys.handoff_body(handoff_id))
-        replies = pipe.execute()
-        listed, bodies = replies[: len(places)], replies[len(places) :]
-        trails = {owner: trail_lines(body) for owner, body in zip(owners, bodies, strict=True)}
-        events: list[Any] = []
-        for (handoff_id, index), in_list in zip(places, listed, strict=True):
-            trail = trails[handoff_id]
-            in_body = trail[index] if 0 <= index < len(trail) else None
-            events.append(in_list if in_list is not None else in_body)
-        return events
+            args += [owners.setdefault(handoff_id, len(owners) + 1), index]
+        keys = [
+            key
+            for handoff_id in owners
+            for key in (self.keys.audit(handoff_id), self.keys.handoff_body(handoff_id))
+        ]
+        return list(self._scripts["TRAIL_EVENTS"](keys=keys, args=args))
 
     def failed_tasks(self) -> list[tuple[TaskKind, str]]:
         """Deliveries and resumes that gave up, oldest first."""

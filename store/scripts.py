@@ -180,6 +180,13 @@ end
 -- one), so nobody can grow a trail without bound. Every other event is always kept.
 local REPEATABLE = {denied = true, viewed_full = true}
 local TRAIL_KEEPS_REPEATS_UP_TO = 200
+-- A body at least this long takes a repeatable event by APPEND (see audit): a shorter one
+-- is rewritten whole, which keeps it tight in memory and costs the disk little.
+local APPEND_REPEATS_FROM = 4096
+
+local function body_length(hkey)
+  return redis.call('STRLEN', body_key(hkey))
+end
 
 -- The handoff's own trail leaves out its id, which its key says (AuditEvent.from_json puts
 -- it back): one copy less per event of every waiting handoff. Older trails hold it. It is
@@ -209,8 +216,17 @@ local function audit(id, event, actor, at, detail)
     end
     if not REPEATABLE[event] or held < TRAIL_KEEPS_REPEATS_UP_TO then
       local line = cjson.encode({at, actor, event, detail})
-      body.trail = body.trail and (body.trail .. NEWLINE .. line) or line
-      write_body(hkey, body)
+      if REPEATABLE[event] and body_length(hkey) >= APPEND_REPEATS_FROM then
+        -- A click anyone who sees the message may repeat, on a long body: APPEND writes (to
+        -- the append-only file and the replicas) this line, where SET would write the whole
+        -- body, a request of up to 64 KiB, every time. The body ends with the request or
+        -- the last event, so the line goes after a newline. The room APPEND may leave spare
+        -- (up to as much again, once the allocation's own is used up) goes at the next SET.
+        redis.call('APPEND', body_key(hkey), NEWLINE .. line)
+      else
+        body.trail = body.trail and (body.trail .. NEWLINE .. line) or line
+        write_body(hkey, body)
+      end
       kept = held + 1
     end
   elseif not REPEATABLE[event] or redis.call('LLEN', trail) < TRAIL_KEEPS_REPEATS_UP_TO then
@@ -1185,6 +1201,44 @@ queue_task(hkey, id, 'deliver', now)
 audit(id, 'reassigned', ARGV[3], now, {channel = ARGV[4], reviewers = ARGV[5]})
 remember(ARGV[7], {'ok'})
 return {'ok', handoff_document(hkey, id)}
+"""
+)
+
+# KEYS: for each handoff named, its trail list and its body, in that order.
+# ARGV: prefix, then for each stream pointer (see audit) the handoff's place among KEYS' pairs
+#       (1 for the first) and the event's place in its trail (0 for the first).
+# Only reads. The events the pointers name, in their order (nil for one that is gone): a
+# list's item, else the line of the body's trail; the bodies stay here (a request may be
+# 64 KiB, an event is a line).
+TRAIL_EVENTS = (
+    PRELUDE
+    + """
+local lines_of = {}
+local out = {}
+for n = 2, #ARGV - 1, 2 do
+  local owner, place = tonumber(ARGV[n]), tonumber(ARGV[n + 1])
+  local event = redis.call('LINDEX', KEYS[2 * owner - 1], place)
+  if not event then
+    local lines = lines_of[owner]
+    if not lines then
+      lines = {}
+      -- KEYS[2 * owner] is the body of the handoff whose hash body_fields is given.
+      local trail = body_fields(P .. 'h:' .. string.sub(KEYS[2 * owner], #P + 4)).trail
+      if trail then
+        local from = 1
+        while from <= #trail + 1 do
+          local upto = string.find(trail, NEWLINE, from, true) or (#trail + 1)
+          lines[#lines + 1] = string.sub(trail, from, upto - 1)
+          from = upto + 1
+        end
+      end
+      lines_of[owner] = lines
+    end
+    event = lines[place + 1]
+  end
+  out[#out + 1] = event or false
+end
+return out
 """
 )
 
