@@ -1,5 +1,7 @@
-"""break25: adversarial checks of the trail-in-body layout and the listing of every pending
-handoff as the merge of the four type indexes (commit 8af83bd)."""
+"""What a handoff's audit trail, the last field of its body, costs to write and to read: a
+click anyone may repeat appends its line to a long body instead of writing the whole body
+to the append-only file and the replicas again, and reading the audit stream moves only the
+events its pointers name, not the bodies (requests and all) holding them."""
 
 from __future__ import annotations
 
