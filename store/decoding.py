@@ -28,17 +28,28 @@ def well_formed(value: Any) -> Any:
     is stored as the replacement character instead. Returns ``value`` itself when nothing
     needs replacing.
     """
+    # Almost nothing holds one: a look first, which builds nothing (every creation passes
+    # its whole request through here), then the copy only where one was found.
+    return _cleaned(value) if _holds_lone_surrogate(value) else value
+
+
+def _holds_lone_surrogate(value: Any) -> bool:
     if isinstance(value, str):
-        return _LONE_SURROGATE.sub("\ufffd", value) if _LONE_SURROGATE.search(value) else value
+        return _LONE_SURROGATE.search(value) is not None
     if isinstance(value, dict):
-        cleaned = {well_formed(k): well_formed(v) for k, v in value.items()}
-        if list(cleaned) != list(value):  # a key changed (two may have become one)
-            return cleaned
-        same = all(a is b for a, b in zip(value.values(), cleaned.values(), strict=True))
-        return value if same else cleaned
+        return any(_holds_lone_surrogate(k) or _holds_lone_surrogate(v) for k, v in value.items())
     if isinstance(value, list):
-        items = [well_formed(v) for v in value]
-        return value if all(a is b for a, b in zip(value, items, strict=True)) else items
+        return any(_holds_lone_surrogate(v) for v in value)
+    return False
+
+
+def _cleaned(value: Any) -> Any:
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {_cleaned(k): _cleaned(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_cleaned(v) for v in value]
     return value
 
 
@@ -49,15 +60,27 @@ than what overflows the encoders."""
 
 def json_value_problem(value: Any, *, depth: int = 0, where: str = "") -> str | None:
     """Why ``value`` (JSON as parsed) cannot be stored as it is: a NaN or an infinity, or
-    nesting deeper than ``MAX_JSON_DEPTH``; None when it can."""
+    nesting deeper than ``MAX_JSON_DEPTH``; None when it can. ``where`` names ``value`` in
+    the message (``depth``: how deep it already is)."""
+    found = _problem_at(value, depth)
+    if found is None:
+        return None
+    path, problem = found
+    named = ".".join([where, *reversed(path)] if where else reversed(path))
+    return f"{named or 'value'}: {problem}"
+
+
+def _problem_at(value: Any, depth: int) -> tuple[list[str], str] | None:
+    """The first problem under ``value``: the keys leading to it, innermost first, and what
+    it is. Names are built only for a problem found (every creation walks its request)."""
     if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
-        return f"{where or 'value'}: {value} is not a JSON number (use a finite number or a string)"
+        return [], f"{value} is not a JSON number (use a finite number or a string)"
     if isinstance(value, dict | list):
         if depth >= MAX_JSON_DEPTH:
-            return f"{where or 'value'}: nested deeper than {MAX_JSON_DEPTH} levels"
+            return [], f"nested deeper than {MAX_JSON_DEPTH} levels"
         items = value.items() if isinstance(value, dict) else enumerate(value)
         for key, item in items:
-            inner = f"{where}.{key}" if where else str(key)
-            if problem := json_value_problem(item, depth=depth + 1, where=inner):
-                return problem
+            if isinstance(item, dict | list | float) and (found := _problem_at(item, depth + 1)):
+                found[0].append(str(key))
+                return found
     return None
