@@ -7,15 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from pydantic_ai import Agent, Tool
-from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
-from pydantic_ai.models.function import AgentInfo, FunctionModel
 from redis import Redis
 
+from store.models import Handoff
 from store.repository import TaskPolicy
 from tests.conftest import WorkerProcesses, wait_until
 from tests.support import adapter_pydantic_agents as agents
@@ -46,47 +45,33 @@ def _refund(order_id: str, amount_usd: int) -> str:
     return agents.refund(order_id, amount_usd)
 
 
-def _scripted(*turns: list[tuple[str, dict[str, Any], str]]) -> FunctionModel:
-    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-        results = [
-            part.model_response_str()
-            for message in messages
-            for part in getattr(message, "parts", [])
-            if isinstance(part, ToolReturnPart)
-        ]
-        if results:
-            _crash_once(CRASH_MODEL_ONCE)
-        answered = 0
-        for turn in turns:
-            if len(results) == answered:
-                return ModelResponse(parts=[ToolCallPart(n, a, tool_call_id=c) for n, a, c in turn])
-            answered += len(turn)
-        return ModelResponse(parts=[TextPart(" | ".join(results))])
+def _crash_after_a_result(results: list[str]) -> None:
+    if results:
+        _crash_once(CRASH_MODEL_ONCE)
 
-    return FunctionModel(respond)
+
+def _agent(name: str, *turns: list[agents.Call], tool: Callable[..., str] = _refund) -> Agent:
+    """An agent scripted to make ``turns`` of ``refund`` calls, each needing an approval."""
+    return Agent(
+        agents.scripted(*turns, on_results=_crash_after_a_result),
+        name=name,
+        output_type=agents.OUTPUT,
+        tools=[Tool(tool, name="refund", requires_approval=True)],
+    )
 
 
 def build_same_id_agent() -> Agent[Any, Any]:
     """Two stops whose calls the model names alike (as TestModel does)."""
-    return Agent(
-        _scripted(
-            [("refund", {"order_id": "A-1", "amount_usd": 30}, "call_same")],
-            [("refund", {"order_id": "B-2", "amount_usd": 5}, "call_same")],
-        ),
-        name="same-id",
-        output_type=agents.OUTPUT,
-        tools=[Tool(_refund, name="refund", requires_approval=True)],
+    return _agent(
+        "same-id",
+        [("refund", {"order_id": "A-1", "amount_usd": 30}, "call_same")],
+        [("refund", {"order_id": "B-2", "amount_usd": 5}, "call_same")],
     )
 
 
 def build_two_call_agent() -> Agent[Any, Any]:
     """One stop of two approvals (A-1 then B-2)."""
-    return Agent(
-        _scripted(agents.TWO_REFUNDS),
-        name="two-calls",
-        output_type=agents.OUTPUT,
-        tools=[Tool(_refund, name="refund", requires_approval=True)],
-    )
+    return _agent("two-calls", agents.TWO_REFUNDS)
 
 
 @pytest.fixture
@@ -127,15 +112,23 @@ def test_a_retried_resume_does_not_answer_a_new_call_of_the_same_id_with_the_rec
     assert second.payload.action.args == {"order_id": "B-2", "amount_usd": 5}  # type: ignore[union-attr]
 
 
+def _both_approved(
+    handoffs: Handoffs, factory: str, run_id: str
+) -> tuple[PydanticAIHandoffs, Handoff, Handoff]:
+    """A run of ``factory``'s agent stopped for A-1 and B-2, both approved, and B-2's
+    resume done (it waits for A-1's, which continues the run)."""
+    adapter = _adapter(handoffs, factory)
+    first, second = adapter.run_sync("Refund A-1 and B-2", run_id=run_id).handoffs
+    handoffs.decide(first.id, "approved", by="U1")
+    handoffs.decide(second.id, "approved", by="U1")
+    assert asyncio.run(adapter.resume(handoffs.get(second.id))) is None
+    return adapter, first, second
+
+
 def test_a_retry_after_dying_in_the_second_of_two_approved_calls_runs_only_that_one(
     redis: Redis, handoffs: Handoffs, agent_env: dict
 ) -> None:
-    adapter = _adapter(handoffs, "build_two_call_agent")
-    first, second = adapter.run_sync("Refund A-1 and B-2", run_id="run-second").handoffs
-    handoffs.decide(first.id, "approved", by="U1")
-    handoffs.decide(second.id, "approved", by="U1")
-
-    assert asyncio.run(adapter.resume(handoffs.get(second.id))) is None  # notes B-2's
+    adapter, first, _ = _both_approved(handoffs, "build_two_call_agent", "run-second")
     redis.set(CRASH_TOOL_ONCE, "1")
     with pytest.raises(WorkerDied):  # the attempt dies in B-2's refund, after A-1's
         asyncio.run(adapter.resume(handoffs.get(first.id)))
@@ -174,22 +167,13 @@ def _slow_refund(order_id: str, amount_usd: int) -> str:
 
 
 def build_slow_two_call_agent() -> Agent[Any, Any]:
-    return Agent(
-        _scripted(agents.TWO_REFUNDS),
-        name="two-calls-slow",
-        output_type=agents.OUTPUT,
-        tools=[Tool(_slow_refund, name="refund", requires_approval=True)],
-    )
+    return _agent("two-calls-slow", agents.TWO_REFUNDS, tool=_slow_refund)
 
 
 def test_a_sibling_call_that_failed_does_not_make_the_retry_run_a_finished_call_again(
     redis: Redis, handoffs: Handoffs, agent_env: dict
 ) -> None:
-    adapter = _adapter(handoffs, "build_slow_two_call_agent")
-    first, second = adapter.run_sync("Refund A-1 and B-2", run_id="run-sibling").handoffs
-    handoffs.decide(first.id, "approved", by="U1")
-    handoffs.decide(second.id, "approved", by="U1")
-    assert asyncio.run(adapter.resume(handoffs.get(second.id))) is None
+    adapter, first, _ = _both_approved(handoffs, "build_slow_two_call_agent", "run-sibling")
 
     redis.set(CRASH_TOOL_ONCE, "1")
     with pytest.raises(WorkerDied):  # B-2's tool raises: the job fails, RQ retries it

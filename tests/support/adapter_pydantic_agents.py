@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,11 +56,14 @@ def record_finish(output: Any, *, run_id: str) -> None:
 Call = tuple[str, dict[str, Any], str]
 
 
-def scripted(*turns: list[Call]) -> FunctionModel:
+def scripted(
+    *turns: list[Call], on_results: Callable[[list[str]], None] | None = None
+) -> FunctionModel:
     """A model that calls the scripted tools turn by turn (the next turn once every result
     of the previous one is in); after the last turn, answers with all results joined by
     `` | `` (or says there was nothing to do). Decides from the messages alone, so any
-    process replays it the same way."""
+    process replays it the same way. ``on_results`` sees the results read at each turn
+    first (a test's hook: it may raise, as a worker that dies there)."""
 
     def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         results = [
@@ -68,6 +72,8 @@ def scripted(*turns: list[Call]) -> FunctionModel:
             for part in getattr(message, "parts", [])
             if isinstance(part, ToolReturnPart)
         ]
+        if on_results is not None:
+            on_results(results)
         answered = 0
         for turn in turns:
             if len(results) == answered:
