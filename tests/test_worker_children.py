@@ -15,13 +15,16 @@ from pathlib import Path
 
 import pytest
 from redis import Redis
+from rq.serializers import JSONSerializer
 
 from store.models import TaskState
 from tests.conftest import WorkerProcesses, wait_until
 from tests.support.policies import task_policy
 from tests.support.processes import Proc, descendants, wait_gone
 from tests.support.slack_env import CHANNEL, SlackEnv, running_slack
+from worker import runner
 from worker.client import Handoffs
+from worker.queues import make_queue
 from worker.runner import CHILD_DEATHS_TOLERATED
 
 SLACK_QUEUE = "handoff-slack"
@@ -189,3 +192,24 @@ def test_a_worker_whose_slack_worker_was_started_again_still_stops_cleanly(
     assert wait_gone(started, 2) == [], workers.logs()
     # The children the same Ctrl-C ended were not taken for dead ones and started again.
     assert workers.logs().count("died unexpectedly") == restarts, workers.logs()
+
+
+def test_a_worker_ends_its_commands_thread_at_once_even_when_it_waits_to_be_subscribed(
+    redis: Redis,
+) -> None:
+    """RQ ends each worker (a burst's at every queue, a stopping one) by stopping the thread
+    that listens for its commands, and redis-py waits for that thread: once the unsubscribe
+    has gone through, the thread waits to be subscribed again for as long as it polls.
+    RQ's 60 s poll held a burst a minute between two queues; ours is a second."""
+    worker = runner._SimpleWorker(
+        [make_queue(redis, "q-pubsub")], connection=redis, serializer=JSONSerializer
+    )
+    worker.subscribe()
+    worker.pubsub.unsubscribe()
+    wait_until(lambda: not worker.pubsub.subscribed, timeout=5)
+    time.sleep(0.2)  # into the thread's wait for a subscription
+
+    started = time.monotonic()
+    worker.unsubscribe()
+    assert time.monotonic() - started < runner.PUBSUB_POLL_SECONDS + 1
+    assert not worker.pubsub_thread.is_alive()

@@ -651,6 +651,11 @@ def _serve_queue_as_child(
         _serve_queue(redis_url, queue_name, **options)
 
 
+PUBSUB_POLL_SECONDS = 1.0
+"""How long an RQ worker's commands thread waits for a message before it looks whether it
+should stop (``_PromptStop.subscribe``)."""
+
+
 class _PromptStop:
     """RQ's warm shutdown, bounded when Redis is gone (mixed into RQ's worker classes).
 
@@ -659,6 +664,8 @@ class _PromptStop:
     """
 
     connection: Redis
+    pubsub: Any
+    pubsub_thread: Any
     on_stop: Callable[[], None] | None = None
     """Told of the stop at once (RQ's loop may first finish its job): `handoff worker`'s
     children are not started again from then on."""
@@ -668,6 +675,21 @@ class _PromptStop:
         stop_retrying(self.connection)
         if self.on_stop is not None:
             self.on_stop()
+
+    def subscribe(self) -> None:
+        """RQ's, polling its commands channel every ``PUBSUB_POLL_SECONDS`` instead of every
+        60 s. RQ stops the polling thread at every worker's end, and redis-py's ``stop()``
+        waits for it: once the unsubscribe has gone through, the thread may sit out a whole
+        poll waiting for a subscription that never comes (a burst hung a minute between two
+        queues, a stopping worker past its supervisor's patience)."""
+        self.log.info("Worker %s: subscribing to channel %s", self.name, self.pubsub_channel_name)  # type: ignore[attr-defined]
+        self.pubsub = self.connection.pubsub()
+        self.pubsub.subscribe(**{self.pubsub_channel_name: self.handle_payload})  # type: ignore[attr-defined]
+        self.pubsub_thread = self.pubsub.run_in_thread(
+            sleep_time=PUBSUB_POLL_SECONDS,
+            daemon=True,
+            exception_handler=self._pubsub_exception_handler,  # type: ignore[attr-defined]
+        )
 
 
 class _SimpleWorker(_PromptStop, SimpleWorker):
