@@ -79,8 +79,9 @@ local function body_fields(hkey)
   return fields
 end
 
--- SET, never APPEND: an appended string keeps up to as much room again as it holds, and
--- KEEPTTL: a purged handoff's body may be kept a while for its trail (PURGE_DECIDED).
+-- SET (APPEND only for a repeated click on a long body, see audit): an appended string
+-- keeps up to as much room again as it holds; KEEPTTL: a purged handoff's body may be kept
+-- a while for its trail (PURGE_DECIDED).
 local function write_body(hkey, fields)
   local parts = {}
   for i, name in ipairs(BODY_FIELDS) do parts[i] = fields[name] or '' end
@@ -184,10 +185,6 @@ local TRAIL_KEEPS_REPEATS_UP_TO = 200
 -- is rewritten whole, which keeps it tight in memory and costs the disk little.
 local APPEND_REPEATS_FROM = 4096
 
-local function body_length(hkey)
-  return redis.call('STRLEN', body_key(hkey))
-end
-
 -- The handoff's own trail leaves out its id, which its key says (AuditEvent.from_json puts
 -- it back): one copy less per event of every waiting handoff. Older trails hold it. It is
 -- the last field of the handoff's body, one event per line, each a JSON array [at, actor,
@@ -203,11 +200,15 @@ end
 -- the trail (retention after the decision; PURGE_DECIDED keeps a trail its pointers may still
 -- name). Events after the decision go into the stream whole ('e'), as every event did
 -- before: they may outlive the handoff there.
-local function audit(id, event, actor, at, detail)
+--
+-- ``new_body``: the fields of a body not written yet (CREATE's), written here with the event,
+-- so that a creation writes its body once, not twice.
+local function audit(id, event, actor, at, detail, new_body)
   local trail = P .. 'audit:' .. id
   local hkey = P .. 'h:' .. id
   local kept = nil
-  local body = redis.call('EXISTS', trail) == 0 and body_fields(hkey) or nil
+  local body = new_body
+  if not body then body = redis.call('EXISTS', trail) == 0 and body_fields(hkey) or nil end
   if body and body.request then
     local held = 0
     if body.trail then
@@ -216,7 +217,7 @@ local function audit(id, event, actor, at, detail)
     end
     if not REPEATABLE[event] or held < TRAIL_KEEPS_REPEATS_UP_TO then
       local line = cjson.encode({at, actor, event, detail})
-      if REPEATABLE[event] and body_length(hkey) >= APPEND_REPEATS_FROM then
+      if REPEATABLE[event] and redis.call('STRLEN', body_key(hkey)) >= APPEND_REPEATS_FROM then
         -- A click anyone who sees the message may repeat, on a long body: APPEND writes (to
         -- the append-only file and the replicas) this line, where SET would write the whole
         -- body, a request of up to 64 KiB, every time. The body ends with the request or
@@ -713,8 +714,8 @@ redis.call('HSET', hkey, 'status', 'pending', 'request_type', ARGV[8],
   'version', 1, 'has_resume', ARGV[7], 'policy', intern_policy(ARGV[9]),
   'deliver_state', 'queued', 'deliver_limit', t.deliver_max, 'route', ARGV[12] or '')
 POLICIES[hkey] = t
--- The long fields go to the body (see body_key).
-write_body(hkey, {request = ARGV[3], indexes = stored_indexes(ARGV[6]), args_digest = ARGV[14]})
+-- The long fields go to the body (see body_key), written with the 'created' event below.
+local body = {request = ARGV[3], indexes = stored_indexes(ARGV[6]), args_digest = ARGV[14]}
 if (ARGV[13] or '') ~= '' then redis.call('HSET', hkey, 'quorum', ARGV[13]) end
 if idem ~= '' then redis.call('HSET', P .. 'idem', idem, id) end
 for _, key in ipairs(cjson.decode(ARGV[6])) do redis.call('ZADD', key, 0, id) end
@@ -727,7 +728,7 @@ end
 if t.escalate_after_ms > 0 and t.escalate_to ~= '' then
   queue_task(hkey, id, 'escalate', now + t.escalate_after_ms)
 end
-audit(id, 'created', ARGV[10], now, {run_id = ARGV[11], request_type = ARGV[8]})
+audit(id, 'created', ARGV[10], now, {run_id = ARGV[11], request_type = ARGV[8]}, body)
 redis.call('HINCRBY', P .. 'metrics', 'created:' .. ARGV[8], 1)
 return {1, id, now, expires_at}
 """

@@ -243,22 +243,20 @@ class _HandoffCapability(AbstractCapability[Any]):
             )
             return result
 
-        if not records.siblings:
-            result = await handler(args)
-            records.save(call.tool_call_id, result)
-            return result
-
         async def run_and_record() -> Any:
             result = await handler(args)
             records.save(call.tool_call_id, result)
             return result
+
+        if not records.siblings:
+            return await run_and_record()
 
         # Pydantic AI runs a step's calls side by side and cancels the others when one
         # fails; a sync tool's thread runs on regardless, so a cancelled call may be past
         # its side effects. It finishes and is recorded before the cancellation goes on:
         # the retry of the failed resume returns its result instead of running it again.
         # (A call alone in its step has no sibling to fail: it runs as it is, above, which
-        # spares it a task and a shield, about 0.1x of the adapter's resume time.)
+        # spares it a task and a shield.)
         running = asyncio.ensure_future(run_and_record())
         try:
             return await asyncio.shield(running)
