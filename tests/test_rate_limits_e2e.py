@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -218,7 +219,10 @@ def test_a_hundred_lost_posts_with_80_messages_after_each_leave_one_live_message
     assert len(posts) == AMBIGUOUS_POSTS, "every lost post was found, none posted again"
     pages = slack.standin.calls("conversations.history")
     assert all(int(page.params["limit"]) == 15 for page in pages)
-    assert len(pages) >= AMBIGUOUS_POSTS * 6, "81 messages are six pages of 15"
+    # 81 messages are six pages of 15; a search that starts a moment later, its newest
+    # chatter not in yet on a busy machine, may need one page less (seen once in 4 runs).
+    searched = Counter(page.params["channel"] for page in pages)
+    assert all(searched[channel] >= 5 for channel in channels), searched
 
 
 def test_look_ups_of_every_worker_share_one_budget_and_wait_their_turn_off_the_worker(
