@@ -37,6 +37,7 @@ import sys
 from dataclasses import dataclass
 
 from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults
+from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
@@ -44,7 +45,7 @@ from bench import adapter_resume
 from bench.adapter_resume import ResumeReport, Samples
 from bench.common import RedisServer
 from worker.adapters.pauses import forget_built
-from worker.adapters.pydantic_ai import PydanticAIHandoffs, resume_run
+from worker.adapters.pydantic_ai import HandoffCapability, PydanticAIHandoffs, resume_run
 from worker.client import Handoffs
 
 AGENT_FACTORY = "bench.pydantic_ai_resume:build_agent"
@@ -82,9 +83,18 @@ def _turn(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
 
 
 def build_agent() -> Agent[None, str | DeferredToolRequests]:
-    """The benchmark agent (an approval per turn)."""
+    """The agent the adapter runs, as the adapter's docs suggest building it: with the
+    adapter's ``HandoffCapability`` (an approval per turn)."""
+    return build_plain_agent(HandoffCapability())
+
+
+def build_plain_agent(
+    *capabilities: AbstractCapability[None],
+) -> Agent[None, str | DeferredToolRequests]:
+    """The benchmark agent (an approval per turn), with ``capabilities``: the direct side's
+    has none, so it pays nothing for the adapter."""
     agent: Agent[None, str | DeferredToolRequests] = Agent(
-        FunctionModel(_turn), output_type=[str, DeferredToolRequests]
+        FunctionModel(_turn), output_type=[str, DeferredToolRequests], capabilities=capabilities
     )
 
     @agent.tool_plain(requires_approval=True)
@@ -100,7 +110,7 @@ def time_resumes(handoffs: Handoffs, rounds: int, warmup: int) -> tuple[Samples,
     ``STOPS`` approvals, so half the resumes hand the next call to a person and half finish
     the run, as in a run with a couple of approvals."""
     adapter = PydanticAIHandoffs(handoffs, AGENT_FACTORY)
-    agent = adapter.agent
+    agent = build_plain_agent()
     direct, through_adapter = Samples(), Samples()
     with asyncio.Runner() as loop:
         for i in range(rounds + warmup):

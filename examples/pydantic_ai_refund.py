@@ -22,7 +22,12 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCall
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from examples._common import CHANNEL, report, run_and_wait
-from worker.adapters.pydantic_ai import AgentOutcome, PydanticAIHandoffs, ask_human_tool
+from worker.adapters.pydantic_ai import (
+    AgentOutcome,
+    HandoffCapability,
+    PydanticAIHandoffs,
+    ask_human_tool,
+)
 from worker.client import Handoffs
 
 EXAMPLE = "pydantic-ai"
@@ -56,6 +61,7 @@ def build_agent() -> Agent[None, str | DeferredToolRequests]:
         instructions="Refund double charges; ask a person what you cannot know.",
         output_type=[str, DeferredToolRequests],
         tools=[ask_human_tool()],
+        capabilities=[HandoffCapability()],  # optional: spares the adapter adding one per run
     )
 
     @agent.tool_plain(requires_approval=True)

@@ -114,10 +114,13 @@ def test_worker_killed_mid_resume_continues_the_run_without_running_a_tool_twice
 # -- the resume target called in this process, as a worker calls it ---------------------
 
 
+@pytest.mark.parametrize(
+    "factory", ["build_two_step_agent", "build_two_step_agent_with_capability"]
+)
 def test_a_continued_run_that_stops_again_hands_the_next_approval_to_people(
-    redis: Redis, handoffs: Handoffs, agent_env: dict
+    redis: Redis, handoffs: Handoffs, agent_env: dict, factory: str
 ) -> None:
-    adapter = _adapter(handoffs, "build_two_step_agent")
+    adapter = _adapter(handoffs, factory)
     [first] = adapter.run_sync("Refund A-1, then B-2", run_id="run-steps").handoffs
 
     outcome = asyncio.run(adapter.resume(handoffs.decide(first.id, "approved", by="U1")))

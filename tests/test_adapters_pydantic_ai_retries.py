@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
-from pydantic_ai import Agent, Tool
+from pydantic_ai import Agent, DeferredToolResults, Tool
+from pydantic_ai.capabilities import AbstractCapability
 from redis import Redis
 
 from store.models import Handoff
@@ -20,7 +21,12 @@ from tests.conftest import WorkerProcesses, wait_until
 from tests.support import adapter_pydantic_agents as agents
 from tests.support.adapter_runs import adapter_env, env_redis, make_adapter, recorded
 from tests.support.preloaded_workers import start_preloaded_worker
-from worker.adapters.pydantic_ai import PydanticAIHandoffs, PydanticAIResume, resume_run
+from worker.adapters.pydantic_ai import (
+    HandoffCapability,
+    PydanticAIHandoffs,
+    PydanticAIResume,
+    resume_run,
+)
 from worker.client import Handoffs
 
 CRASH_MODEL_ONCE = "test:pai-retries:crash_model_once"
@@ -50,13 +56,19 @@ def _crash_after_a_result(results: list[str]) -> None:
         _crash_once(CRASH_MODEL_ONCE)
 
 
-def _agent(name: str, *turns: list[agents.Call], tool: Callable[..., str] = _refund) -> Agent:
+def _agent(
+    name: str,
+    *turns: list[agents.Call],
+    tool: Callable[..., str] = _refund,
+    capabilities: Sequence[AbstractCapability[Any]] = (),
+) -> Agent:
     """An agent scripted to make ``turns`` of ``refund`` calls, each needing an approval."""
     return Agent(
         agents.scripted(*turns, on_results=_crash_after_a_result),
         name=name,
         output_type=agents.OUTPUT,
         tools=[Tool(tool, name="refund", requires_approval=True)],
+        capabilities=capabilities,
     )
 
 
@@ -72,6 +84,12 @@ def build_same_id_agent() -> Agent[Any, Any]:
 def build_two_call_agent() -> Agent[Any, Any]:
     """One stop of two approvals (A-1 then B-2)."""
     return _agent("two-calls", agents.TWO_REFUNDS)
+
+
+def build_two_call_agent_with_capability() -> Agent[Any, Any]:
+    """``build_two_call_agent``'s agent built with the adapter's ``HandoffCapability``:
+    the adapter adds none to its runs, the agent's own keeps the records."""
+    return _agent("two-calls", agents.TWO_REFUNDS, capabilities=[HandoffCapability()])
 
 
 @pytest.fixture
@@ -125,10 +143,13 @@ def _both_approved(
     return adapter, first, second
 
 
+@pytest.mark.parametrize(
+    "factory", ["build_two_call_agent", "build_two_call_agent_with_capability"]
+)
 def test_a_retry_after_dying_in_the_second_of_two_approved_calls_runs_only_that_one(
-    redis: Redis, handoffs: Handoffs, agent_env: dict
+    redis: Redis, handoffs: Handoffs, agent_env: dict, factory: str
 ) -> None:
-    adapter, first, _ = _both_approved(handoffs, "build_two_call_agent", "run-second")
+    adapter, first, _ = _both_approved(handoffs, factory, "run-second")
     redis.set(CRASH_TOOL_ONCE, "1")
     with pytest.raises(WorkerDied):  # the attempt dies in B-2's refund, after A-1's
         asyncio.run(adapter.resume(handoffs.get(first.id)))
@@ -209,3 +230,32 @@ def test_through_a_worker_a_failed_sibling_call_does_not_run_a_finished_call_twi
     assert max(handoffs.get(first.id).resume.attempt, handoffs.get(second.id).resume.attempt) >= 2
     runs = sorted(run["args"] for run in agents.tool_runs(redis))
     assert runs == [["A-1", 30], ["B-2", 5]], agents.tool_runs(redis)
+
+
+def test_an_agent_built_with_the_capability_gets_none_added_and_runs_plainly_elsewhere(
+    redis: Redis, handoffs: Handoffs, agent_env: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    adapter = _adapter(handoffs, "build_two_call_agent_with_capability")
+    agent = adapter.agent
+    added: list[Any] = []
+    run = agent.run
+
+    async def spied_run(*args: Any, **kwargs: Any) -> Any:
+        added.append(kwargs.get("capabilities"))
+        return await run(*args, **kwargs)
+
+    monkeypatch.setattr(agent, "run", spied_run)
+    first, second = adapter.run_sync("Refund A-1 and B-2", run_id="run-own").handoffs
+    # The agent's own capability noted the tool definitions for the reviewers.
+    assert first.payload.action.description.startswith("Refund part")  # type: ignore[union-attr]
+    assert added == [None]
+
+    # Outside the adapter the capability does nothing: a plain run of the same agent, its
+    # calls approved, runs both tools and records nothing.
+    history = adapter.history(PydanticAIResume.of(first).pause.pause_id)
+    approvals = {PydanticAIResume.of(h).call_id: True for h in (first, second)}
+    result = asyncio.run(
+        run(message_history=history, deferred_tool_results=DeferredToolResults(approvals=approvals))
+    )
+    assert result.output == "refunded 30 USD on A-1 | refunded 5 USD on B-2"
+    assert not list(redis.scan_iter(f"{{{handoffs.store.keys.namespace}}}:pai:call:*"))

@@ -31,7 +31,7 @@ from pydantic_ai.toolsets import ExternalToolset
 from redis import Redis
 
 from tests.support.adapter_runs import env_redis, record, recorded
-from worker.adapters.pydantic_ai import ask_human_tool
+from worker.adapters.pydantic_ai import HandoffCapability, ask_human_tool
 
 TOOL_RUNS = "test:pai:tool_runs"
 FINISHED = "test:pai:finished"
@@ -133,6 +133,13 @@ def build_refund_agent() -> Agent[Any, Any]:
 def build_two_step_agent() -> Agent[Any, Any]:
     """An agent that refunds A-1, and only once that is done asks to refund B-2."""
     return _agent("support-steps", [TWO_REFUNDS[0]], [TWO_REFUNDS[1]])
+
+
+def build_two_step_agent_with_capability() -> Agent[Any, Any]:
+    """``build_two_step_agent``'s agent built with the adapter's ``HandoffCapability``."""
+    return _agent(
+        "support-steps", [TWO_REFUNDS[0]], [TWO_REFUNDS[1]], capabilities=[HandoffCapability()]
+    )
 
 
 def build_question_agent() -> Agent[Any, Any]:

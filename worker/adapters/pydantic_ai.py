@@ -52,6 +52,10 @@ results, so the handoff store decides when that happens: once. A worker that die
 continuing a run is replaced by another attempt, which continues from the same stored
 history: an approved call that already ran returns its recorded result instead of running
 again (``{ns}:pai:call:...``). Tools that need no approval may run again in that case.
+
+The adapter hooks into each run with ``HandoffCapability``; an agent built with one
+(``Agent(..., capabilities=[HandoffCapability()])``) gets none added to its runs, which
+Pydantic AI makes cheaper.
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ import logging
 import types
 import typing
 from collections.abc import Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar, Unpack
@@ -69,6 +74,7 @@ from typing import Any, ClassVar, Unpack
 import anyio
 from pydantic import BaseModel, Field
 from pydantic_ai import (
+    Agent,
     CallDeferred,
     DeferredToolRequests,
     DeferredToolResults,
@@ -179,7 +185,7 @@ class _CallRecords:
     retention_seconds: int = 0
     siblings: bool = True
     """Whether the step continued has other calls, run side by side (see
-    ``_HandoffCapability.wrap_tool_execute``); False only when it is known to have none."""
+    ``HandoffCapability.wrap_tool_execute``); False only when it is known to have none."""
 
     def key(self, call_id: str) -> str:
         return self.pause_keys.adapter("pai", "call", self.pause_id, call_id)
@@ -206,19 +212,53 @@ class _CallRecords:
 
 
 @dataclass
-class _HandoffCapability(AbstractCapability[Any]):
-    """Added to each run the adapter makes: notes the tool definitions the model was
-    offered (their descriptions and schemas go to the reviewers), and runs each approved
-    call of the stop being continued at most once."""
+class _RunState:
+    """What the adapter's hooks keep for one run of the agent: the tool definitions the
+    model was offered (their descriptions and schemas go to the reviewers) and, when the run
+    continues a stop, the records of its approved calls."""
 
     records: _CallRecords | None = None
     tools: dict[str, ToolDefinition] = field(default_factory=dict)
 
+
+_ADAPTER_RUN: ContextVar[tuple[AbstractAgent[Any, Any], _RunState] | None] = ContextVar(
+    "slack_handoff_pydantic_ai_run", default=None
+)
+"""The agent the adapter is running in this context and that run's state, for a
+``HandoffCapability`` the agent was built with (one instance serves every run)."""
+
+
+@dataclass
+class HandoffCapability(AbstractCapability[Any]):
+    """The adapter's hooks into a run: note the tool definitions the model was offered, and
+    run each approved call of the stop being continued at most once.
+
+    The adapter adds one to each run it makes. An agent built with one
+    (``Agent(..., capabilities=[HandoffCapability()])``) spares that: Pydantic AI sets up
+    an agent's own capabilities once, a run's on every run (about 0.3 ms a run here,
+    ``bench/pydantic_ai_resume.py``). Outside the adapter's runs it does nothing.
+    """
+
+    run_state: _RunState | None = None
+    """The state of the one run this instance was made for; None on the agent's own
+    instance, which finds the adapter's run in the context (``_ADAPTER_RUN``)."""
+
+    def _state(self, ctx: RunContext[Any]) -> _RunState | None:
+        if self.run_state is not None:
+            return self.run_state
+        current = _ADAPTER_RUN.get()
+        # A run of another agent (started by a tool of this one, say) is not the adapter's.
+        if current is None or (ctx.agent is not None and ctx.agent is not current[0]):
+            return None
+        return current[1]
+
     async def prepare_tools(
         self, ctx: RunContext[Any], tool_defs: list[ToolDefinition]
     ) -> list[ToolDefinition]:
-        for definition in tool_defs:
-            self.tools[definition.name] = definition
+        state = self._state(ctx)
+        if state is not None:
+            for definition in tool_defs:
+                state.tools[definition.name] = definition
         return tool_defs
 
     async def wrap_tool_execute(
@@ -230,7 +270,8 @@ class _HandoffCapability(AbstractCapability[Any]):
         args: dict[str, Any],
         handler: Any,
     ) -> Any:
-        records = self.records
+        state = self._state(ctx)
+        records = state.records if state is not None else None
         if records is None or call.tool_call_id not in records.call_ids:
             return await handler(args)
         found, result = records.recorded(call.tool_call_id)
@@ -368,15 +409,11 @@ class PydanticAIHandoffs(pausing_runs.AgentRunAdapter[PydanticAIResume]):
         ``run_id`` names this run (use a new one per run); the handoffs carry it.
         ``message_history`` continues an earlier conversation, as in ``Agent.run``.
         """
-        agent = self.agent
-        capability = _HandoffCapability()
-        result = await agent.run(
-            user_prompt,
-            message_history=message_history,
-            deps=self._deps(run_id),
-            capabilities=[capability],
+        state = _RunState()
+        result = await self._run_agent(
+            state, user_prompt, message_history=message_history, deps=self._deps(run_id)
         )
-        return self._settle(result, capability, run_id)
+        return self._settle(result, state, run_id)
 
     def run_sync(
         self,
@@ -417,7 +454,6 @@ class PydanticAIHandoffs(pausing_runs.AgentRunAdapter[PydanticAIResume]):
             return self._redo_settle(ready, resume.run_id)
         raw_history = self._claimed_stop(ready, "message history")
         messages = ModelMessagesTypeAdapter.validate_json(raw_history)
-        agent = self.agent
         results = DeferredToolResults()
         calls = _pending_calls(messages)
         for member in ready.members.values():
@@ -428,17 +464,31 @@ class PydanticAIHandoffs(pausing_runs.AgentRunAdapter[PydanticAIResume]):
             self.pauses.retention_seconds,
             step_calls=len(calls),
         )
-        capability = _HandoffCapability(records=records)
+        state = _RunState(records=records)
         logger.info("continuing run with %d decisions", len(ready.members), extra=context)
-        result = await agent.run(
+        result = await self._run_agent(
+            state,
             message_history=messages,
             deferred_tool_results=results,
             deps=self._deps(resume.run_id),
-            capabilities=[capability],
         )
-        return self._settle(result, capability, resume.run_id, after=ready.pause_id)
+        return self._settle(result, state, resume.run_id, after=ready.pause_id)
 
     # -- internals ----------------------------------------------------------------------
+
+    async def _run_agent(self, state: _RunState, *args: Any, **kwargs: Any) -> AgentRunResult[Any]:
+        """``agent.run(*args, **kwargs)`` with the adapter's hooks keeping ``state``: through
+        the agent's own ``HandoffCapability`` when it was built with one, else one added to
+        this run."""
+        agent = self.agent
+        if not _has_handoff_capability(agent):
+            capability = HandoffCapability(run_state=state)
+            return await agent.run(*args, capabilities=[capability], **kwargs)
+        token = _ADAPTER_RUN.set((agent, state))
+        try:
+            return await agent.run(*args, **kwargs)
+        finally:
+            _ADAPTER_RUN.reset(token)
 
     def _deps(self, run_id: str) -> Any:
         return load_object(self.deps)(run_id=run_id) if self.deps else None
@@ -446,7 +496,7 @@ class PydanticAIHandoffs(pausing_runs.AgentRunAdapter[PydanticAIResume]):
     def _settle(
         self,
         result: AgentRunResult[Any],
-        capability: _HandoffCapability,
+        state: _RunState,
         run_id: str,
         *,
         after: str | None = None,
@@ -456,7 +506,7 @@ class PydanticAIHandoffs(pausing_runs.AgentRunAdapter[PydanticAIResume]):
         messages = result.all_messages()
         output = result.output
         if isinstance(output, DeferredToolRequests):
-            calls = _deferred_calls(output, messages, capability.tools)
+            calls = _deferred_calls(output, messages, state.tools)
             call_ids = [call.call_id for call in calls]
             pause_id = stable_id("pap", run_id, str(len(messages)), *sorted(call_ids))
             self._open_stop(
@@ -636,6 +686,20 @@ def _question(call: DeferredCall) -> tuple[str, list[str] | None]:
             return question, None
     arguments = json.dumps(call.args, ensure_ascii=False, default=str)
     return f"The agent needs the result of {call.tool_name} with {arguments}. Reply with it.", None
+
+
+def _has_handoff_capability(agent: AbstractAgent[Any, Any]) -> bool:
+    """Whether ``agent`` is an ``Agent`` built with a ``HandoffCapability`` (a wrapper
+    agent's runs may not reach its wrapped agent's: the adapter adds its own to them)."""
+    if not isinstance(agent, Agent):
+        return False
+    found: list[AbstractCapability[Any]] = []
+    agent.root_capability.apply(
+        lambda capability: (
+            found.append(capability) if isinstance(capability, HandoffCapability) else None
+        )
+    )
+    return bool(found)
 
 
 def _allows_deferred_tools(output_type: Any) -> bool:
