@@ -5,9 +5,15 @@ turn calls ``act``, a tool with ``requires_approval=True``, until it acted twice
 answers) runs conversations both ways in alternating rounds, each stopping at every call
 for an approval:
 
-- **direct**: timed ``agent.run(message_history=..., deferred_tool_results=...)`` with the
-  call approved, what Pydantic AI's own human-in-the-loop resume is; the next stop's
-  history comes with the result.
+- **direct**: what continuing a stored run takes by hand, as ``bench/agent_framework_resume.py``
+  times it for that framework: read the stored history from Redis,
+  ``ModelMessagesTypeAdapter.validate_json``, timed ``agent.run(message_history=...,
+  deferred_tool_results=...)`` with the call approved (Pydantic AI's own human-in-the-loop
+  resume), the new history dumped and stored back. A person decides hours later, in
+  another process: the history has to be kept somewhere, and this is the least it costs.
+- **in memory** (reported under the ratio, not the figure): the same ``agent.run`` given
+  the history the last run returned, kept in this process: a resume without a pause worth
+  handing to a person.
 
 Each run stops for two approvals, then the model answers: the first resume of a run hands
 the next call to a person, the second finishes the run (and reports its output).
@@ -33,15 +39,24 @@ Run from the repository root::
 from __future__ import annotations
 
 import asyncio
+import statistics
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults
+from pydantic_ai.agent import AgentRunResult
 from pydantic_ai.capabilities import AbstractCapability
-from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+)
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from redis import Redis
 
-from bench import adapter_resume
+from bench import adapter_resume, common
 from bench.adapter_resume import ResumeReport, Samples
 from bench.common import RedisServer
 from worker.adapters.pauses import forget_built
@@ -52,7 +67,7 @@ AGENT_FACTORY = "bench.pydantic_ai_resume:build_agent"
 STOPS = 2
 """Approvals each run stops for before the model answers."""
 FIGURE = "Pydantic AI resume, adapter / direct (median)"
-TITLE = "Pydantic AI resume: through the adapter vs agent.run(deferred_tool_results=...)"
+TITLE = "Pydantic AI resume: through the adapter vs a stored run continued by hand"
 
 
 @dataclass(frozen=True)
@@ -105,20 +120,53 @@ def build_plain_agent(
     return agent
 
 
-def time_resumes(handoffs: Handoffs, rounds: int, warmup: int) -> tuple[Samples, Samples]:
+@dataclass
+class Timed:
+    """The resume times of a run of the benchmark."""
+
+    direct: Samples = field(default_factory=Samples)
+    in_memory: Samples = field(default_factory=Samples)
+    adapter: Samples = field(default_factory=Samples)
+
+
+async def _direct_resume(
+    agent: Agent[None, str | DeferredToolRequests],
+    redis: Redis,
+    key: str,
+    approved: dict[str, bool],
+) -> AgentRunResult[str | DeferredToolRequests]:
+    """Continue the run whose history is stored at ``key`` by hand, and store the new one."""
+    history = ModelMessagesTypeAdapter.validate_json(redis.get(key) or b"[]")
+    result = await agent.run(
+        message_history=history,
+        deferred_tool_results=DeferredToolResults(approvals=approved),
+    )
+    redis.set(key, ModelMessagesTypeAdapter.dump_json(result.all_messages()))
+    return result
+
+
+def time_resumes(handoffs: Handoffs, rounds: int, warmup: int) -> Timed:
     """Time ``rounds`` runs' resumes each way (after ``warmup`` runs): each run stops for
     ``STOPS`` approvals, so half the resumes hand the next call to a person and half finish
     the run, as in a run with a couple of approvals."""
     adapter = PydanticAIHandoffs(handoffs, AGENT_FACTORY)
     agent = build_plain_agent()
-    direct, through_adapter = Samples(), Samples()
+    stored = common.bench_key(handoffs.store.keys.namespace, "pai:direct")
+    timed_runs = Timed()
     with asyncio.Runner() as loop:
         for i in range(rounds + warmup):
             timed = i >= warmup
             result = loop.run(agent.run("go"))
+            handoffs.redis.set(stored, ModelMessagesTypeAdapter.dump_json(result.all_messages()))
             while isinstance(requests := result.output, DeferredToolRequests):
                 approved = {c.tool_call_id: True for c in requests.approvals}
-                with direct.timing(timed):
+                with timed_runs.direct.timing(timed):
+                    result = loop.run(_direct_resume(agent, handoffs.redis, stored, approved))
+
+            result = loop.run(agent.run("go"))
+            while isinstance(requests := result.output, DeferredToolRequests):
+                approved = {c.tool_call_id: True for c in requests.approvals}
+                with timed_runs.in_memory.timing(timed):
                     result = loop.run(
                         agent.run(
                             message_history=result.all_messages(),
@@ -129,11 +177,11 @@ def time_resumes(handoffs: Handoffs, rounds: int, warmup: int) -> tuple[Samples,
             run_id = f"bench-{i}"
             loop.run(adapter.run("go", run_id=run_id))
             adapter_resume.decide_and_resume_each(
-                handoffs, run_id, through_adapter, timed, resume_run, "approved", run=loop.run
+                handoffs, run_id, timed_runs.adapter, timed, resume_run, "approved", run=loop.run
             )
         if adapter.final_output(run_id) != f"acted {STOPS} times":
             raise AssertionError(f"run {run_id} did not finish: {adapter.final_output(run_id)}")
-    return direct, through_adapter
+    return timed_runs
 
 
 def run(server: RedisServer, options: Options) -> ResumeReport:
@@ -141,11 +189,29 @@ def run(server: RedisServer, options: Options) -> ResumeReport:
     forget_built()
     try:
         with adapter_resume.handoffs_of_run(server, "benchpa") as handoffs:
-            direct, adapter = time_resumes(handoffs, options.rounds, options.warmup)
+            timed = time_resumes(handoffs, options.rounds, options.warmup)
     finally:
         forget_built()
-    details = [adapter_resume.runs_line(options, STOPS, "run hands the next call to a person")]
-    return ResumeReport(server.description, options, direct, adapter, FIGURE, TITLE, details)
+    details = [
+        adapter_resume.runs_line(options, STOPS, "run hands the next call to a person"),
+        "  direct: the stored history read, agent.run, the new history stored (as by hand)",
+    ]
+    in_memory = adapter_resume.ratio(timed.in_memory, timed.adapter)
+    remarks = [
+        f"  in memory (agent.run given the last run's history, nothing stored): median "
+        f"{adapter_resume.ms(statistics.median(timed.in_memory.wall)).strip()}; "
+        f"adapter / in memory {in_memory:.2f}x"
+    ]
+    return ResumeReport(
+        server.description,
+        options,
+        timed.direct,
+        timed.adapter,
+        FIGURE,
+        TITLE,
+        details,
+        remarks=remarks,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
