@@ -9,20 +9,21 @@ for an approval:
   times it for that framework: read the stored history from Redis,
   ``ModelMessagesTypeAdapter.validate_json``, timed ``agent.run(message_history=...,
   deferred_tool_results=...)`` with the call approved (Pydantic AI's own human-in-the-loop
-  resume), the new history dumped and stored back. A person decides hours later, in
-  another process: the history has to be kept somewhere, and this is the least it costs.
+  resume), the new history dumped and stored back (the output, once the run finished). A
+  person decides hours later, in another process: the history has to be kept somewhere,
+  and this is the least it costs.
 - **in memory** (reported under the ratio, not the figure): the same ``agent.run`` given
   the history the last run returned, kept in this process: a resume without a pause worth
   handing to a person.
-
-Each run stops for two approvals, then the model answers: the first resume of a run hands
-the next call to a person, the second finishes the run (and reports its output).
 - **adapter**: the handoff is decided with ``Handoffs.decide`` (untimed: that is the
   person's click), then timed ``worker.adapters.pydantic_ai.resume_run(handoff)`` called in
   this process, which is exactly what a worker runs: the pause claim in Redis, the stored
   history read, the same ``agent.run``, the pause bookkeeping, the history stored again and
   the next call handed to a person (creating its handoff). RQ dispatch and the work-horse
   fork are not timed (``bench/lifecycle.py`` measures those).
+
+Each run stops for two approvals, then the model answers: the first resume of a run hands
+the next call to a person, the second finishes the run (and reports its output).
 
 Both sides drive their coroutine on the same event loop (one ``asyncio.Runner``), so neither
 pays for creating a loop: a worker's ``asyncio.run`` per resume (about 0.2 ms here) is
@@ -39,6 +40,7 @@ Run from the repository root::
 from __future__ import annotations
 
 import asyncio
+import json
 import statistics
 import sys
 from dataclasses import dataclass, field
@@ -135,13 +137,17 @@ async def _direct_resume(
     key: str,
     approved: dict[str, bool],
 ) -> AgentRunResult[str | DeferredToolRequests]:
-    """Continue the run whose history is stored at ``key`` by hand, and store the new one."""
+    """Continue the run whose history is stored at ``key`` by hand, and store the new one
+    (or, when it finished, its output)."""
     history = ModelMessagesTypeAdapter.validate_json(redis.get(key) or b"[]")
     result = await agent.run(
         message_history=history,
         deferred_tool_results=DeferredToolResults(approvals=approved),
     )
-    redis.set(key, ModelMessagesTypeAdapter.dump_json(result.all_messages()))
+    if isinstance(result.output, DeferredToolRequests):
+        redis.set(key, ModelMessagesTypeAdapter.dump_json(result.all_messages()))
+    else:  # finished: its output is what is kept, as the adapter keeps it
+        redis.set(f"{key}:output", json.dumps(result.output))
     return result
 
 
@@ -194,7 +200,7 @@ def run(server: RedisServer, options: Options) -> ResumeReport:
         forget_built()
     details = [
         adapter_resume.runs_line(options, STOPS, "run hands the next call to a person"),
-        "  direct: the stored history read, agent.run, the new history stored (as by hand)",
+        "  direct: the stored history read, agent.run, the new history (or the output) stored",
     ]
     in_memory = adapter_resume.ratio(timed.in_memory, timed.adapter)
     remarks = [
