@@ -103,12 +103,12 @@ local function body_set(hkey, name, value)
 end
 
 -- A handoff's pending index keys all start with '{ns}:pending': the body keeps each without
--- it (a key written before starts with '{' and is kept whole). From the callers' JSON list
--- of keys to the stored one, and back to keys.
-local function stored_indexes(keys_json)
+-- it (a key written before starts with '{' and is kept whole). From the callers' list of
+-- keys (decoded) to the stored JSON, and back to keys.
+local function stored_indexes(keys)
   local short = {}
   local prefix = P .. 'pending'
-  for i, key in ipairs(cjson.decode(keys_json)) do
+  for i, key in ipairs(keys) do
     if string.sub(key, 1, #prefix) == prefix then key = string.sub(key, #prefix + 1) end
     short[i] = key
   end
@@ -685,7 +685,8 @@ CREATE = (
     + """
 local id, hkey, idem = ARGV[2], KEYS[1], ARGV[4]
 local stored = redis.call('HMGET', hkey, 'created_at', 'expires_at')
-local stored_request = body_get(hkey, 'request')
+-- A fresh id (every call but a resend) has no hash yet, so no request to compare.
+local stored_request = stored[1] and body_get(hkey, 'request')
 -- The same id with the same request: this call, resent after its reply was lost (ids are
 -- fresh per call). It answers what the first run did: created.
 if stored_request == ARGV[3] then return {1, id, stored[1], stored[2] or '0'} end
@@ -715,10 +716,11 @@ redis.call('HSET', hkey, 'status', 'pending', 'request_type', ARGV[8],
   'deliver_state', 'queued', 'deliver_limit', t.deliver_max, 'route', ARGV[12] or '')
 POLICIES[hkey] = t
 -- The long fields go to the body (see body_key), written with the 'created' event below.
-local body = {request = ARGV[3], indexes = stored_indexes(ARGV[6]), args_digest = ARGV[14]}
+local indexes = cjson.decode(ARGV[6])
+local body = {request = ARGV[3], indexes = stored_indexes(indexes), args_digest = ARGV[14]}
 if (ARGV[13] or '') ~= '' then redis.call('HSET', hkey, 'quorum', ARGV[13]) end
 if idem ~= '' then redis.call('HSET', P .. 'idem', idem, id) end
-for _, key in ipairs(cjson.decode(ARGV[6])) do redis.call('ZADD', key, 0, id) end
+for _, key in ipairs(indexes) do redis.call('ZADD', key, 0, id) end
 if expires_at > 0 then redis.call('ZADD', P .. 'deadlines', expires_at, id) end
 redis.call('ZADD', P .. 'outbox', now, 'deliver:' .. id)
 wake()
@@ -1193,7 +1195,7 @@ for _, key in ipairs(index_keys(body_get(hkey, 'indexes'))) do
   redis.call('ZREM', key, id)
 end
 for _, key in ipairs(cjson.decode(ARGV[6])) do redis.call('ZADD', key, 0, id) end
-body_set(hkey, 'indexes', stored_indexes(ARGV[6]))
+body_set(hkey, 'indexes', stored_indexes(cjson.decode(ARGV[6])))
 if ARGV[4] ~= '' then redis.call('HSET', hkey, 'channel_override', ARGV[4]) end
 if ARGV[5] ~= '' then redis.call('HSET', hkey, 'reviewers_override', ARGV[5]) end
 redis.call('HINCRBY', hkey, 'version', 1)
