@@ -171,3 +171,54 @@ def test_a_sub_run_of_the_same_agent_does_not_overwrite_the_approved_calls_recor
     # With the capability built in, the sub-run recorded B-2's result under A-1's call id:
     # the retry tells the model A-1's refund was "refunded 20 USD on B-2".
     assert outcome.output.startswith("refunded 300 USD on A-1 | "), outcome.output
+
+
+# -- an agent whose capabilities are overridden (``agent.override(capabilities=...)``) -------
+
+from tests import test_adapters_pydantic_ai_retries as retries  # noqa: E402
+
+OVERRIDE_WAYS = pytest.mark.parametrize(
+    "factory", ["build_two_call_agent", "build_two_call_agent_with_capability"]
+)
+
+
+def _retries_adapter(handoffs: Handoffs, factory: str) -> PydanticAIHandoffs:
+    adapter = make_adapter(PydanticAIHandoffs, handoffs, agents.__name__, "build_refund_agent")
+    adapter.agent_path = f"{retries.__name__}:{factory}"
+    return adapter
+
+
+@OVERRIDE_WAYS
+def test_under_a_capability_override_a_retried_resume_runs_no_approved_call_twice(
+    redis: Redis, handoffs: Handoffs, agent_env: dict, factory: str
+) -> None:
+    """``agent.override(capabilities=[...])`` (Pydantic AI's testing hook) replaces the
+    agent's capabilities for the runs inside it; ``agent.root_capability`` still lists the
+    built ones, so the adapter, deciding from it, adds no capability of its own: no hooks
+    run at all."""
+    adapter = _retries_adapter(handoffs, factory)
+    first, second = adapter.run_sync("Refund A-1 and B-2", run_id="run-override").handoffs
+    handoffs.decide(first.id, "approved", by="U1")
+    handoffs.decide(second.id, "approved", by="U1")
+    assert asyncio.run(adapter.resume(handoffs.get(second.id))) is None
+
+    with adapter.agent.override(capabilities=[]):
+        redis.set(retries.CRASH_TOOL_ONCE, "1")
+        with pytest.raises(retries.WorkerDied):  # dies in B-2's refund, after A-1's
+            asyncio.run(adapter.resume(handoffs.get(first.id)))
+        outcome = asyncio.run(adapter.resume(handoffs.get(first.id)))  # the retry
+
+    assert outcome is not None and outcome.status == "finished"
+    # With the capability built in, A-1 is refunded twice.
+    assert [run["args"] for run in agents.tool_runs(redis)] == [["A-1", 30], ["B-2", 5]]
+
+
+@OVERRIDE_WAYS
+def test_under_a_capability_override_the_reviewers_still_get_the_tool_description(
+    redis: Redis, handoffs: Handoffs, agent_env: dict, factory: str
+) -> None:
+    adapter = _retries_adapter(handoffs, factory)
+    with adapter.agent.override(capabilities=[]):
+        first, _ = adapter.run_sync("Refund A-1 and B-2", run_id="run-override-2").handoffs
+    # With the capability built in, no hook noted the definitions: description is None.
+    assert first.payload.action.description == "Refund part of an order."  # type: ignore[union-attr]
