@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -222,3 +223,66 @@ def test_under_a_capability_override_the_reviewers_still_get_the_tool_descriptio
         first, _ = adapter.run_sync("Refund A-1 and B-2", run_id="run-override-2").handoffs
     # With the capability built in, no hook noted the definitions: description is None.
     assert first.payload.action.description == "Refund part of an order."  # type: ignore[union-attr]
+
+
+# -- a sub-run of the same agent notes its own tool definitions for the reviewers ---------
+
+
+def _describe_for_deps(ctx: RunContext[Any], definition: Any) -> Any:
+    """The refund tool's description names the run's customer (its deps), if any."""
+    if ctx.deps:
+        return replace(definition, description=f"Refund part of an order of {ctx.deps}.")
+    return definition
+
+
+def _side_model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    """The outer run asks a sub-run of the same agent (for another customer) something and
+    asks to refund A-1 in the same step; the sub-run answers at once."""
+    if _prompt(messages).startswith("sub:"):
+        return ModelResponse(parts=[TextPart("nothing to add")])
+    if _results(messages):
+        return ModelResponse(parts=[TextPart("done")])
+    return ModelResponse(
+        parts=[
+            ToolCallPart("consult", {"question": "anything?"}, tool_call_id="call_consult"),
+            ToolCallPart("refund", {"order_id": "A-1", "amount_usd": 30}, tool_call_id="call_r"),
+        ]
+    )
+
+
+async def consult(ctx: RunContext[Any], question: str) -> str:
+    """Ask a sub-run of this agent, on behalf of another customer."""
+    assert ctx.agent is not None
+    return str((await ctx.agent.run(f"sub: {question}", deps="customer Z")).output)
+
+
+def _side_agent(**options: Any) -> Agent[Any, Any]:
+    return Agent(
+        FunctionModel(_side_model),
+        name="side",
+        output_type=agents.OUTPUT,
+        tools=[
+            Tool(agents.refund, requires_approval=True, prepare=_describe_for_deps),
+            Tool(consult),
+        ],
+        **options,
+    )
+
+
+def build_side_agent() -> Agent[Any, Any]:
+    return _side_agent()
+
+
+def build_side_agent_with_capability() -> Agent[Any, Any]:
+    return _side_agent(capabilities=[HandoffCapability()])
+
+
+@pytest.mark.parametrize("factory", ["build_side_agent", "build_side_agent_with_capability"])
+def test_the_reviewer_sees_the_tool_definition_the_run_offered_not_a_sub_runs(
+    redis: Redis, handoffs: Handoffs, agent_env: dict, factory: str
+) -> None:
+    adapter = _adapter(handoffs, factory)
+    [approval] = adapter.run_sync("Refund A-1", run_id="run-side").handoffs
+    # With the capability built in, the sub-run's definition (made for customer Z) replaced
+    # the one the run's model was offered.
+    assert approval.payload.action.description == "Refund part of an order."  # type: ignore[union-attr]
