@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from pydantic_ai import Agent, ApprovalRequired, RunContext, Tool
+from pydantic_ai import Agent, RunContext, Tool
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,

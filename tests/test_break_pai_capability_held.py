@@ -37,7 +37,9 @@ async def _async_slow_refund(order_id: str, amount_usd: int) -> str:
 
 def build_slow_capability_agent() -> Agent[Any, Any]:
     return retries._agent(
-        "two-calls-cap-slow", agents.TWO_REFUNDS, tool=_async_slow_refund,
+        "two-calls-cap-slow",
+        agents.TWO_REFUNDS,
+        tool=_async_slow_refund,
         capabilities=[HandoffCapability()],
     )
 
@@ -129,6 +131,7 @@ def test_a_retry_after_dying_in_the_second_approved_call_runs_only_that_one(
 
 # -- a tool that runs ANOTHER agent built with the capability, calls of the same ids -------
 
+
 def _inner_model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
     if any(getattr(p, "part_kind", "") == "tool-return" for m in messages for p in m.parts):
         return ModelResponse(parts=[TextPart("inner done")])
@@ -137,7 +140,9 @@ def _inner_model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse
 
 
 INNER = Agent(
-    FunctionModel(_inner_model), output_type=agents.OUTPUT, tools=[Tool(agents.refund)],
+    FunctionModel(_inner_model),
+    output_type=agents.OUTPUT,
+    tools=[Tool(agents.refund)],
     capabilities=[HandoffCapability()],
 )
 
