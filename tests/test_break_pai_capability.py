@@ -286,3 +286,11 @@ def test_the_reviewer_sees_the_tool_definition_the_run_offered_not_a_sub_runs(
     # With the capability built in, the sub-run's definition (made for customer Z) replaced
     # the one the run's model was offered.
     assert approval.payload.action.description == "Refund part of an order."  # type: ignore[union-attr]
+
+
+def test_the_public_capability_is_exported() -> None:
+    """``HandoffCapability`` is documented as public (docs/adapters.md, the example) but is
+    missing from the module's ``__all__``."""
+    from worker.adapters import pydantic_ai as adapter_module
+
+    assert "HandoffCapability" in adapter_module.__all__
