@@ -219,6 +219,10 @@ class _RunState:
 
     records: _CallRecords | None = None
     tools: dict[str, ToolDefinition] = field(default_factory=dict)
+    agent_run_id: str | None = None
+    """Pydantic AI's id of the run these hooks serve, taken by the first hook to see the
+    state (the adapter's run: its hooks fire before any of its tools can start another run
+    of the same agent, which inherits the context and must not take the state)."""
 
 
 _ADAPTER_RUN: ContextVar[tuple[AbstractAgent[Any, Any], _RunState] | None] = ContextVar(
@@ -250,7 +254,12 @@ class HandoffCapability(AbstractCapability[Any]):
         # A run of another agent (started by a tool of this one, say) is not the adapter's.
         if current is None or (ctx.agent is not None and ctx.agent is not current[0]):
             return None
-        return current[1]
+        state = current[1]
+        if state.agent_run_id is None:
+            state.agent_run_id = ctx.run_id
+        elif ctx.run_id != state.agent_run_id:
+            return None  # a run of the same agent started inside the adapter's run
+        return state
 
     async def prepare_tools(
         self, ctx: RunContext[Any], tool_defs: list[ToolDefinition]
@@ -689,12 +698,16 @@ def _question(call: DeferredCall) -> tuple[str, list[str] | None]:
 
 
 def _has_handoff_capability(agent: AbstractAgent[Any, Any]) -> bool:
-    """Whether ``agent`` is an ``Agent`` built with a ``HandoffCapability`` (a wrapper
-    agent's runs may not reach its wrapped agent's: the adapter adds its own to them)."""
+    """Whether ``agent`` is an ``Agent`` whose runs get a ``HandoffCapability`` of its own
+    (a wrapper agent's runs may not reach its wrapped agent's: the adapter adds its own to
+    them). Under ``agent.override(capabilities=...)`` the overriding ones are what its runs
+    get, which ``agent.root_capability`` does not show."""
     if not isinstance(agent, Agent):
         return False
+    effective = getattr(agent, "_effective_root_capability", None)
+    root = effective() if callable(effective) else agent.root_capability
     found: list[AbstractCapability[Any]] = []
-    agent.root_capability.apply(
+    root.apply(
         lambda capability: (
             found.append(capability) if isinstance(capability, HandoffCapability) else None
         )
