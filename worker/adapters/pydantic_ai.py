@@ -745,6 +745,7 @@ __all__ = [
     "AgentOutcome",
     "CallKind",
     "DeferredCall",
+    "HandoffCapability",
     "PydanticAIHandoffs",
     "PydanticAIResume",
     "ask_human_tool",
