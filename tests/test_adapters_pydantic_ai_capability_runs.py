@@ -1,6 +1,7 @@
-"""Break-it checks of an agent built with ``HandoffCapability`` that HELD (regression
-checks): concurrent resumes on one agent object, two capability instances, a wrapper
-agent, a sub-run of another agent built with the capability, a nested adapter run."""
+"""An agent built with ``HandoffCapability`` in the runs around it: concurrent resumes on
+one agent object, two capability instances, a wrapper agent, a sub-run of another agent
+built with the capability, and a worker SIGKILLed mid-resume: each approved call runs
+once."""
 
 from __future__ import annotations
 
