@@ -93,11 +93,12 @@ def test_two_approvals_continue_the_run_once_with_an_edit_and_a_denial_message(
     )
 
 
+@pytest.mark.parametrize("factory", ["build_refund_agent", "build_refund_agent_with_capability"])
 def test_worker_killed_mid_resume_continues_the_run_without_running_a_tool_twice(
-    redis: Redis, workers: WorkerProcesses, agent_env: dict
+    redis: Redis, workers: WorkerProcesses, agent_env: dict, factory: str
 ) -> None:
     handoffs = hanging_once(redis, workers, PRELOAD, hang_key=agents.HANG_ONCE, extra_env=agent_env)
-    adapter = _adapter(handoffs, "build_refund_agent")
+    adapter = _adapter(handoffs, factory)
     first, second = adapter.run_sync("Refund A-1 and B-2", run_id="run-kill").handoffs
 
     agent_run_checks.worker_killed_mid_resume_runs_no_tool_twice(

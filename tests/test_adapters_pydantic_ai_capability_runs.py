@@ -1,7 +1,7 @@
 """An agent built with ``HandoffCapability`` in the runs around it: concurrent resumes on
 one agent object, two capability instances, a wrapper agent, a sub-run of another agent
-built with the capability, and a worker SIGKILLed mid-resume: each approved call runs
-once."""
+built with the capability: each approved call runs once (a worker SIGKILLed mid-resume:
+``tests/test_adapters_pydantic_ai.py``)."""
 
 from __future__ import annotations
 
@@ -178,34 +178,3 @@ def test_a_sub_run_of_another_capability_agent_is_left_alone(
     # adapter's run, so it is neither answered with A-1's record nor recorded over it.
     assert [run["args"] for run in agents.tool_runs(redis)] == [["A-1", 30], ["Z-9", 1]]
     assert outcome.output == "refunded 30 USD on A-1 | inner done"
-
-
-# -- a real worker SIGKILLed mid-resume, the agent built with the capability ---------------
-
-from tests.conftest import WorkerProcesses  # noqa: E402
-from tests.support import agent_run_checks  # noqa: E402
-from tests.support.preloaded_workers import hanging_once  # noqa: E402
-
-
-def build_refund_agent_with_capability() -> Agent[Any, Any]:
-    """``build_refund_agent``'s agent (its model hangs once while HANG_ONCE is set), built
-    with the capability."""
-    return agents._agent("support", agents.TWO_REFUNDS, capabilities=[HandoffCapability()])
-
-
-def test_worker_killed_mid_resume_runs_no_tool_twice_with_the_capability_built_in(
-    redis: Redis, workers: WorkerProcesses, agent_env: dict
-) -> None:
-    preload = ("pydantic_ai", __name__)
-    handoffs = hanging_once(redis, workers, preload, hang_key=agents.HANG_ONCE, extra_env=agent_env)
-    adapter = _adapter(handoffs, "build_refund_agent_with_capability")
-    first, second = adapter.run_sync("Refund A-1 and B-2", run_id="run-kill-cap").handoffs
-    agent_run_checks.worker_killed_mid_resume_runs_no_tool_twice(
-        redis,
-        workers,
-        handoffs,
-        agents,
-        (first, second),
-        first_edit={"amount_usd": 25},
-        output="refunded 25 USD on A-1 | refunded 5 USD on B-2",
-    )

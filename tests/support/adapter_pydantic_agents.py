@@ -130,6 +130,11 @@ def build_refund_agent() -> Agent[Any, Any]:
     return _agent("support", TWO_REFUNDS)
 
 
+def build_refund_agent_with_capability() -> Agent[Any, Any]:
+    """``build_refund_agent``'s agent built with the adapter's ``HandoffCapability``."""
+    return _agent("support", TWO_REFUNDS, capabilities=[HandoffCapability()])
+
+
 def build_two_step_agent() -> Agent[Any, Any]:
     """An agent that refunds A-1, and only once that is done asks to refund B-2."""
     return _agent("support-steps", [TWO_REFUNDS[0]], [TWO_REFUNDS[1]])
