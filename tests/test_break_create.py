@@ -1,0 +1,222 @@
+"""Break-it reproductions around handoff creation and what follows it (each test fails on the
+code it was written against; the module text of each says what should happen instead).
+
+- The HTTP API's record of the body first sent with an Idempotency-Key expires (retention
+  + 1 day) while the handoff it created may still be pending: another body under the key is
+  then answered 200 with the first handoff, and takes the key's record over, so the first
+  body's own retry is refused 409.
+- Two reassignments of one handoff, the second having read it before the first wrote:
+  the handoff shows the first one's channel (or reviewers) but is indexed under the ones the
+  second read, so listings by reviewer or channel miss it (and show it where it is not).
+- A CREATE resent for an id whose handoff was purged early, its body kept for its trail:
+  it stores the handoff again, pending, over the old trail, with the kept body's TTL; when
+  that runs out the pending handoff cannot be read and listing all pending ones fails.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from redis import Redis
+
+from bot.api.app import ApiConfig
+from store.api_keys import ApiKeys
+from store.exceptions import HandoffNotFound
+from store.ids import new_handoff_id
+from store.models import HandoffRequest, Status
+from store.repository import HandoffStore, StoreConfig, TaskPolicy
+from tests.support.api_server import serve_api
+from worker.client import Handoffs
+
+APPROVAL = {
+    "request_type": "approval",
+    "run_id": "run-1",
+    "thread_id": "ticket-1",
+    "context": "Charged twice",
+    "action": {"name": "refund", "args": {"amount": 30}},
+    "channel": "C0PAY",
+}
+
+
+@pytest.fixture
+def handoffs(redis: Redis) -> Handoffs:
+    return Handoffs(redis)
+
+
+@pytest.fixture
+def api(handoffs: Handoffs, redis_url: str) -> Iterator[str]:
+    config = ApiConfig(redis_url=redis_url, creates_per_minute=1000)
+    with serve_api(handoffs.store, config) as url:
+        yield url
+
+
+def _client(api: str, handoffs: Handoffs, name: str) -> httpx.Client:
+    key = ApiKeys(handoffs.redis, handoffs.store.keys).create(name).key
+    return httpx.Client(base_url=api, headers={"Authorization": f"Bearer {key}"}, timeout=30)
+
+
+def _let_body_records_expire(redis: Redis, handoffs: Handoffs) -> None:
+    """What retention + 1 day (31 days by default) does to the API's body digests: they
+    expire; the handoffs created under their keys may still be pending (no expiry, or one
+    of up to ten years), and the store's key -> id entry lives until the purge."""
+    for key in redis.scan_iter(match=handoffs.store.keys.idempotency_body("*")):
+        redis.pexpire(key, 1)
+    time.sleep(0.02)
+    assert not list(redis.scan_iter(match=handoffs.store.keys.idempotency_body("*")))
+
+
+def test_another_body_under_a_key_whose_record_expired_is_409_and_the_first_retry_200(
+    api: str, handoffs: Handoffs, redis: Redis
+) -> None:
+    agent = _client(api, handoffs, "agent")
+    headers = {"Idempotency-Key": "order-7"}
+    first = agent.post("/v1/handoffs", json=APPROVAL, headers=headers)
+    assert first.status_code == 201
+    _let_body_records_expire(redis, handoffs)
+    assert handoffs.get(first.json()["id"]).is_pending
+
+    # The same run and type, another refund: the store's own idempotency gives back the
+    # first handoff (what it promises); the API promises a 409 for another body.
+    other = {**APPROVAL, "context": "else", "action": {"name": "refund", "args": {"amount": 3000}}}
+    changed = agent.post("/v1/handoffs", json=other, headers=headers)
+    # The first request's retry (its reply was lost, say): same key, same body.
+    retry = agent.post("/v1/handoffs", json=APPROVAL, headers=headers)
+
+    # Today: 200 with the first handoff (an amount of 30, not the 3000 asked for) ...
+    assert changed.status_code == 409, (changed.status_code, changed.json().get("payload"))
+    # ... and the key's record is now the other body's: the true retry gets a 409.
+    assert retry.status_code == 200, retry.text
+    assert retry.json()["id"] == first.json()["id"]
+
+
+def test_a_conflicting_request_under_an_expired_record_leaves_the_key_to_its_first_body(
+    api: str, handoffs: Handoffs, redis: Redis
+) -> None:
+    agent = _client(api, handoffs, "agent")
+    headers = {"Idempotency-Key": "order-8"}
+    first = agent.post("/v1/handoffs", json=APPROVAL, headers=headers)
+    assert first.status_code == 201
+    _let_body_records_expire(redis, handoffs)
+
+    # Another run under the key: the store raises IdempotencyConflict, a 409 (right) ...
+    conflict = agent.post("/v1/handoffs", json={**APPROVAL, "run_id": "run-2"}, headers=headers)
+    assert conflict.status_code == 409
+    # ... but the refused request's claim on the key stays (_release_idempotency keeps it,
+    # as a handoff exists under the key): the first body's own retry is refused.
+    retry = agent.post("/v1/handoffs", json=APPROVAL, headers=headers)
+    assert retry.status_code == 200, retry.text
+    assert retry.json()["id"] == first.json()["id"]
+
+
+# -- reassignments ---------------------------------------------------------------------
+
+
+def _question(**fields: object) -> HandoffRequest:
+    return HandoffRequest.model_validate(
+        {
+            "run_id": "run-r",
+            "thread_id": "t",
+            "request_type": "question",
+            "payload": {"kind": "question", "question": "Ship it?"},
+            **fields,
+        }
+    )
+
+
+class _StaleReads:
+    """``store.get`` as a second admin's process saw the handoff: before the first
+    admin's reassignment wrote (its read and its script are two round trips)."""
+
+    def __init__(self, store: HandoffStore, handoff_id: str) -> None:
+        self.seen = store.get(handoff_id)
+
+    def __call__(self, handoff_id: str) -> object:
+        return self.seen
+
+
+def test_two_overlapping_reassignments_leave_the_handoff_in_the_indexes_it_shows(
+    redis: Redis, fast_tasks: TaskPolicy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first_admin = HandoffStore(redis, StoreConfig(tasks=fast_tasks))
+    second_admin = HandoffStore(redis, StoreConfig(tasks=fast_tasks))
+    keys = first_admin.keys
+    handoff_id = first_admin.create(
+        _question(channel="C0OLD", reviewers=["U0OLD"]), handoff_id=new_handoff_id()
+    ).handoff.id
+    # The second admin reads the handoff (to work out its new indexes) ...
+    monkeypatch.setattr(second_admin, "get", _StaleReads(second_admin, handoff_id))
+    # ... the first gives it to other reviewers ...
+    first_admin.reassign(handoff_id, by="U0ADMIN1", reviewers=["U0NEW"])
+    # ... and the second moves it to another channel.
+    second_admin.reassign(handoff_id, by="U0ADMIN2", channel="C0NEW")
+
+    shown = first_admin.get(handoff_id)
+    assert (shown.channel, shown.reviewers) == ("C0NEW", ["U0NEW"])
+    # Every pending handoff is in the indexes of what it shows, and in no other.
+    indexed_under = {
+        key.decode()
+        for key in redis.scan_iter(match=keys.pending + ":*")
+        if redis.zscore(key, handoff_id) is not None
+    }
+    assert indexed_under == {
+        keys.pending_by_run("run-r"),
+        keys.pending_by_type("question"),
+        keys.pending_by_channel("C0NEW"),
+        keys.pending_by_reviewer("U0NEW"),
+    }
+
+
+# -- a resent CREATE for an id whose handoff was purged ----------------------------------
+
+
+def test_a_create_resent_after_an_early_purge_does_not_store_the_handoff_again(
+    redis: Redis, fast_tasks: TaskPolicy
+) -> None:
+    """A CREATE's reply lost, its resend delayed past the handoff's decision and its purge
+    (a rule decided it at creation; its retention entry due early, as after a shorter
+    setting: the body stays for the stream's pointers into its trail). The resend is the
+    same call: it must not make the id a pending handoff again."""
+    store = HandoffStore(redis, StoreConfig(tasks=fast_tasks, retention_seconds=3600))
+    handoff_id, request = new_handoff_id(), _question()
+    store.create(request, handoff_id=handoff_id)
+    store.cancel(handoff_id, cancelled_by="U0ADMIN", resume=False)
+    redis.zadd(store.keys.retention, {handoff_id: 0})  # due now
+    assert store.purge_decided() == 1
+    body_key = store.keys.handoff_body(handoff_id)
+    old_trail = redis.get(body_key)
+    assert redis.pttl(body_key) > 0  # kept a while, for its trail
+
+    try:
+        resent = store.create(request, handoff_id=handoff_id)  # what the resend runs
+    except HandoffNotFound:
+        resent = None  # an honest answer: the handoff is gone
+
+    # Today: created again, pending, its body (the old trail overwritten) expiring with
+    # the old one's TTL; once it has, the pending handoff cannot be read.
+    assert resent is None or not resent.handoff.is_pending, "the purged id is pending again"
+    assert redis.get(body_key) == old_trail
+    assert store.count_pending() == 0
+
+
+def test_a_handoff_whose_body_expired_under_it_breaks_the_listing_of_all(
+    redis: Redis, fast_tasks: TaskPolicy
+) -> None:
+    """What the test above leads to, once the body's TTL ran out: a pending handoff with no
+    body. Reading it fails with a Lua error (not HandoffNotFound) and so does every listing
+    page that holds it."""
+    store = HandoffStore(redis, StoreConfig(tasks=fast_tasks, retention_seconds=3600))
+    handoff_id, request = new_handoff_id(), _question()
+    store.create(request, handoff_id=handoff_id)
+    store.cancel(handoff_id, cancelled_by="U0ADMIN", resume=False)
+    redis.zadd(store.keys.retention, {handoff_id: 0})
+    store.purge_decided()
+    store.create(request, handoff_id=handoff_id)
+    redis.pexpire(store.keys.handoff_body(handoff_id), 1)
+    time.sleep(0.02)
+
+    others = store.create(_question(run_id="run-other"), handoff_id=new_handoff_id()).handoff
+    assert [h.id for h in store.list_pending().items] in ([others.id], [handoff_id, others.id])
+    assert store.get(others.id).status is Status.PENDING
