@@ -220,3 +220,23 @@ def test_a_handoff_whose_body_expired_under_it_breaks_the_listing_of_all(
     others = store.create(_question(run_id="run-other"), handoff_id=new_handoff_id()).handoff
     assert [h.id for h in store.list_pending().items] in ([others.id], [handoff_id, others.id])
     assert store.get(others.id).status is Status.PENDING
+
+
+# -- expiry ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("expires_in", [0.0004, 0.000_001])
+def test_a_deadline_under_a_millisecond_is_not_taken_for_none(
+    redis: Redis, fast_tasks: TaskPolicy, expires_in: float
+) -> None:
+    """``expires_in_seconds`` is taken when > 0 (the API's and the client's check), but the
+    store sends whole milliseconds, int(seconds * 1000), and 0 means "never expires": a
+    handoff asked to expire at once never expires (fails open). It should expire after at
+    least a millisecond (or be refused)."""
+    client = Handoffs(redis, tasks=fast_tasks)
+    handoff = client.ask(run_id="r", thread_id="t", question="Still there?", expires_in=expires_in)
+
+    assert handoff.expires_at is not None
+    time.sleep(0.01)
+    assert client.store.expire_due() == [handoff.id]
+    assert client.get(handoff.id).status is Status.EXPIRED
