@@ -28,7 +28,9 @@ from store.exceptions import HandoffNotFound
 from store.ids import new_handoff_id
 from store.models import HandoffRequest, Status
 from store.repository import HandoffStore, StoreConfig, TaskPolicy
+from store.settings import StoreSettings
 from tests.support.api_server import serve_api
+from tests.support.redis_proxy import LosingProxy
 from worker.client import Handoffs
 
 APPROVAL = {
@@ -109,6 +111,36 @@ def test_a_conflicting_request_under_an_expired_record_leaves_the_key_to_its_fir
     retry = agent.post("/v1/handoffs", json=APPROVAL, headers=headers)
     assert retry.status_code == 200, retry.text
     assert retry.json()["id"] == first.json()["id"]
+
+
+def test_a_key_whose_claim_reply_was_lost_is_released_when_its_create_fails(
+    redis: Redis, redis_url: str
+) -> None:
+    """The body record's SET NX is resent after its reply was lost (the store's client
+    retries): it finds its own digest and takes it for another request's claim (claimed=False),
+    so when this create then fails (413 here) the key is not released, and the corrected
+    request is refused 409 for a month (retention + 1 day). The event-sighting and replay
+    markers tell their own resend apart with a token (tests/reliability/test_lost_replies.py);
+    this claim does not."""
+    with LosingProxy(redis_url) as proxy:
+        store = StoreSettings(redis_url=proxy.url).open_store()
+        key = ApiKeys(redis, store.keys).create("agent").key
+        config = ApiConfig(redis_url=proxy.url, creates_per_minute=1000)
+        with serve_api(store, config) as url:
+            agent = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"})
+            headers = {"Idempotency-Key": "retry-me"}
+            proxy.lose_reply(command="SET")
+            too_big = agent.post(
+                "/v1/handoffs", json={**APPROVAL, "context": "x" * 70_000}, headers=headers
+            )
+            assert [part[:2] for part in proxy.lost] == [
+                [b"SET", store.keys.idempotency_body("agent/retry-me").encode()]
+            ]
+            assert too_big.status_code == 413
+
+            fixed = agent.post("/v1/handoffs", json=APPROVAL, headers=headers)
+
+    assert fixed.status_code == 201, fixed.text  # today: 409, "used with another body"
 
 
 # -- reassignments ---------------------------------------------------------------------
