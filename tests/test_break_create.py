@@ -11,6 +11,10 @@ code it was written against; the module text of each says what should happen ins
 - A CREATE resent for an id whose handoff was purged early, its body kept for its trail:
   it stores the handoff again, pending, over the old trail, with the kept body's TTL; when
   that runs out the pending handoff cannot be read and listing all pending ones fails.
+- The API's body-record SET NX whose reply was lost is resent, finds its own digest, and
+  takes it for another request's claim: a create that then fails keeps the key (409 later).
+- A deadline under a millisecond (``expires_in_seconds`` > 0, as checked) is sent as 0
+  ms, which means "never expires".
 """
 
 from __future__ import annotations
@@ -139,6 +143,7 @@ def test_a_key_whose_claim_reply_was_lost_is_released_when_its_create_fails(
             assert too_big.status_code == 413
 
             fixed = agent.post("/v1/handoffs", json=APPROVAL, headers=headers)
+            agent.close()
 
     assert fixed.status_code == 201, fixed.text  # today: 409, "used with another body"
 
