@@ -13,6 +13,8 @@ code it was written against; the module text of each says what should happen ins
   that runs out the pending handoff cannot be read and listing all pending ones fails.
 - The API's body-record SET NX whose reply was lost is resent, finds its own digest, and
   takes it for another request's claim: a create that then fails keeps the key (409 later).
+- The API's per-minute create count whose EXEC reply was lost is resent: counted twice (a
+  key allowed one create a minute is refused its first).
 - A deadline under a millisecond (``expires_in_seconds`` > 0, as checked) is sent as 0
   ms, which means "never expires".
 """
@@ -146,6 +148,28 @@ def test_a_key_whose_claim_reply_was_lost_is_released_when_its_create_fails(
             agent.close()
 
     assert fixed.status_code == 201, fixed.text  # today: 409, "used with another body"
+
+
+def test_a_create_whose_rate_count_reply_was_lost_is_counted_once(
+    redis: Redis, redis_url: str
+) -> None:
+    """``ApiKeys.take_create`` counts a create with MULTI INCR EXPIRE EXEC; the store's
+    client resends the transaction when EXEC's reply is lost, so the create is counted twice:
+    a key allowed one create a minute is refused its first (429). The count should be taken
+    once per request (an operation id, as the store's scripts do, or the INCR's own count
+    read back with a token)."""
+    with LosingProxy(redis_url) as proxy:
+        store = StoreSettings(redis_url=proxy.url).open_store()
+        key = ApiKeys(redis, store.keys).create("agent", creates_per_minute=1).key
+        with serve_api(store, ApiConfig(redis_url=proxy.url)) as url:
+            agent = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"})
+            proxy.lose_reply(command="EXEC")
+            question = {"request_type": "question", "run_id": "r", "thread_id": "t"}
+            first = agent.post("/v1/handoffs", json={**question, "question": "Ship it?"})
+            agent.close()
+
+    assert [part[0] for part in proxy.lost] == [b"EXEC"]
+    assert first.status_code == 201, first.text  # today: 429, "created its handoffs"
 
 
 # -- reassignments ---------------------------------------------------------------------
