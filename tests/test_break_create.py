@@ -13,6 +13,8 @@ code it was written against; the module text of each says what should happen ins
   that runs out the pending handoff cannot be read and listing all pending ones fails.
 - The API's body-record SET NX whose reply was lost is resent, finds its own digest, and
   takes it for another request's claim: a create that then fails keeps the key (409 later).
+- A failed first request releases the key's body record while its twin (same key and
+  body) is creating: the handoff then has no body record, and another body is answered 200.
 - The API's per-minute create count whose EXEC reply was lost is resent: counted twice (a
   key allowed one create a minute is refused its first).
 - A deadline under a millisecond (``expires_in_seconds`` > 0, as checked) is sent as 0
@@ -28,7 +30,8 @@ import httpx
 import pytest
 from redis import Redis
 
-from bot.api.app import ApiConfig
+from bot.api.app import ApiConfig, _claim_idempotency, _release_idempotency
+from bot.api.schemas import CreateHandoff
 from store.api_keys import ApiKeys
 from store.exceptions import HandoffNotFound
 from store.ids import new_handoff_id
@@ -170,6 +173,44 @@ def test_a_create_whose_rate_count_reply_was_lost_is_counted_once(
 
     assert [part[0] for part in proxy.lost] == [b"EXEC"]
     assert first.status_code == 201, first.text  # today: 429, "created its handoffs"
+
+
+def test_a_key_released_by_a_failed_first_request_while_its_twin_creates_keeps_its_body(
+    api: str, handoffs: Handoffs
+) -> None:
+    """Two requests with one key and one body (a client's retry racing its first try): the
+    first claims the key's body record, the twin finds it (claimed=False) and goes on to
+    create. The first then fails (a 429, say) and releases the record, having checked that
+    no handoff exists under the key yet; the twin's CREATE lands after that check. Now a
+    handoff exists under the key with no record of its body, and another body under the key
+    is answered 200 with it instead of 409. (The steps are the API's own functions, in the
+    order the race runs them.)"""
+    store = handoffs.store
+    agent = _client(api, handoffs, "agent")
+    scoped = "agent/twin"
+    body = CreateHandoff(**APPROVAL)
+    assert _claim_idempotency(store, scoped, body) is True  # the first request
+    assert _claim_idempotency(store, scoped, body) is False  # its twin: the same body
+    _release_idempotency(store, scoped)  # the first fails: nothing under the key yet
+    request = HandoffRequest.model_validate(
+        {
+            "run_id": APPROVAL["run_id"],
+            "thread_id": APPROVAL["thread_id"],
+            "request_type": "approval",
+            "context": APPROVAL["context"],
+            "payload": {"kind": "approval", "action": APPROVAL["action"]},
+            "channel": APPROVAL["channel"],
+            "idempotency_key": scoped,
+            "api_key": "agent",
+        }
+    )
+    twin = store.create(request, handoff_id=new_handoff_id())  # the twin's CREATE
+    assert twin.created
+
+    other = {**APPROVAL, "action": {"name": "refund", "args": {"amount": 3000}}}
+    changed = agent.post("/v1/handoffs", json=other, headers={"Idempotency-Key": "twin"})
+
+    assert changed.status_code == 409, changed.json().get("payload")  # today: 200, amount 30
 
 
 # -- reassignments ---------------------------------------------------------------------
