@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -42,7 +43,7 @@ from tests.support.api_server import serve_api
 from tests.support.redis_proxy import LosingProxy
 from worker.client import Handoffs
 
-APPROVAL = {
+APPROVAL: dict[str, Any] = {
     "request_type": "approval",
     "run_id": "run-1",
     "thread_id": "ticket-1",
@@ -188,7 +189,7 @@ def test_a_key_released_by_a_failed_first_request_while_its_twin_creates_keeps_i
     store = handoffs.store
     agent = _client(api, handoffs, "agent")
     scoped = "agent/twin"
-    body = CreateHandoff(**APPROVAL)
+    body = CreateHandoff.model_validate(APPROVAL)
     assert _claim_idempotency(store, scoped, body) is True  # the first request
     assert _claim_idempotency(store, scoped, body) is False  # its twin: the same body
     _release_idempotency(store, scoped)  # the first fails: nothing under the key yet
