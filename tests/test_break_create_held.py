@@ -17,6 +17,7 @@ from redis import Redis
 
 from bot.api.app import ApiConfig
 from store.api_keys import ApiKeys
+from store.decoding import as_text
 from store.exceptions import IdempotencyConflict
 from store.ids import new_handoff_id
 from store.models import HandoffRequest, Status
@@ -56,7 +57,7 @@ def test_a_routed_creation_decided_at_once_whose_exec_reply_was_lost_happens_onc
     assert store.get(handoff_id).status is Status.APPROVED
     assert [e.event for e in store.audit_trail(handoff_id)] == ["created", "routed", "decided"]
     assert [e.event for e in store.global_audit()] == ["created", "routed", "decided"]
-    due = [m.decode() for m in redis.zrange(store.keys.outbox, 0, -1)]
+    due = [as_text(m) for m in redis.zrange(store.keys.outbox, 0, -1)]
     assert sorted(due) == sorted(f"{k}:{handoff_id}" for k in ("deliver", "resume", "notify"))
 
 
