@@ -218,10 +218,13 @@ class ApiKeys:
         now = int(seconds) + int(micros) / 1e6
         minute = int(now // 60)
         key = self.keys.api_rate(record.name, minute)
+        # Each create is a member of the minute's set, not an increment: the client resends
+        # the transaction when EXEC's reply is lost, and the same member counts once.
         pipe = self.redis.pipeline(transaction=True)
-        pipe.incr(key)
+        pipe.zadd(key, {secrets.token_hex(8): 0})
         pipe.expire(key, 120)
-        count, _ = pipe.execute()
+        pipe.zcard(key)
+        _, _, count = pipe.execute()
         if int(count) <= limit:
             return None
         return max(1.0, (minute + 1) * 60 - now)

@@ -58,7 +58,8 @@ key                                    type    contents
 ``{ns}:decided:<id>``                  pubsub  status published when the handoff is decided
 ``{ns}:apikey:<sha256>``               string  an API key's record (JSON), by its key's hash
 ``{ns}:apikeys``                       hash    API key name -> its key's hash
-``{ns}:apirate:<name>:<minute>``       string  creates by a key in one minute (expires)
+``{ns}:apicreates:<name>:<minute>``    zset    creates by a key in one minute, a member
+                                               each (expires)
 ``{ns}:metrics``                       hash    store-wide counters for /metrics (see
                                                ``store.metrics``): created, closed and
                                                given-up counts, the decision-time histogram
@@ -281,8 +282,9 @@ class KeySpace:
         return f"{self.prefix}metrics"
 
     def api_rate(self, name: str, minute: int) -> str:
-        """How many handoffs the key ``name`` created in one minute (since the epoch)."""
-        return f"{self.prefix}apirate:{name}:{minute}"
+        """The handoffs the key ``name`` created in one minute (since the epoch), a member each
+        (before 0.2: ``{ns}:apirate:<name>:<minute>``, a count, which expired in two minutes)."""
+        return f"{self.prefix}apicreates:{name}:{minute}"
 
 
 def stored_index_keys(keys: KeySpace, stored: bytes | str) -> list[str]:

@@ -6,6 +6,7 @@ import contextlib
 import functools
 import json
 import logging
+import math
 import os
 import re
 import secrets
@@ -152,14 +153,25 @@ class TaskPolicy:
         )
 
 
+REASSIGN_ATTEMPTS = 5
+"""Reads of a handoff a reassignment makes when it keeps changing in between (another
+reassignment, a delivery step): its index keys are worked out from the handoff as read."""
+
+
+def _whole_ms(seconds: float) -> int:
+    """A delay in whole milliseconds for the scripts, where 0 means none: a positive delay
+    under a millisecond is 1 ms, not 0 (an expiry asked for at once would never come)."""
+    return max(1, math.ceil(seconds * 1000)) if seconds > 0 else 0
+
+
 @functools.lru_cache(maxsize=64)
 def _policy_json(policy: TaskPolicy) -> str:
     # Most handoffs share a handful of policies: encode each once.
     return json.dumps(
         {
-            "remind_after_ms": int(policy.remind_after_seconds * 1000),
+            "remind_after_ms": _whole_ms(policy.remind_after_seconds),
             "max_reminders": policy.max_reminders,
-            "escalate_after_ms": int(policy.escalate_after_seconds * 1000),
+            "escalate_after_ms": _whole_ms(policy.escalate_after_seconds),
             "escalate_to": policy.escalate_to or "",
             "resume_max": policy.resume_max_attempts,
             "resume_timeout_ms": int(policy.resume_timeout_seconds * 1000),
@@ -307,7 +319,7 @@ class HandoffStore:
             request = routing.request
             request_json = request.model_dump_json(exclude_none=True)
         policy = (tasks or self.config.tasks).for_request(request)
-        expires_ms = int(request.expires_in_seconds * 1000) if request.expires_in_seconds else 0
+        expires_ms = _whole_ms(request.expires_in_seconds or 0)
         policy_json = policy.as_script_arg()
         create_args = [
             self.keys.prefix,
@@ -988,26 +1000,35 @@ class HandoffStore:
         """
         if channel is None and reviewers is None:
             raise InvalidDecision("reassign needs a channel or reviewers")
-        current = self.get(handoff_id)
-        moved = current.model_copy(
-            update={
-                "channel": channel or current.channel,
-                "reviewers": reviewers if reviewers is not None else current.reviewers,
-            }
-        )
-        result = self._scripts["REASSIGN"](
-            keys=[self.keys.handoff(handoff_id)],
-            args=[
-                self.keys.prefix,
-                handoff_id,
-                by,
-                channel or "",
-                json.dumps(reviewers) if reviewers is not None else "",
-                json.dumps(self._pending_indexes(moved)),
-                _new_operation_id(),
-            ],
-        )
-        verdict = as_text(result[0])
+        operation = _new_operation_id()
+        for _ in range(REASSIGN_ATTEMPTS):
+            current = self.get(handoff_id)
+            moved = current.model_copy(
+                update={
+                    "channel": channel or current.channel,
+                    "reviewers": reviewers if reviewers is not None else current.reviewers,
+                }
+            )
+            result = self._scripts["REASSIGN"](
+                keys=[self.keys.handoff(handoff_id)],
+                args=[
+                    self.keys.prefix,
+                    handoff_id,
+                    by,
+                    channel or "",
+                    json.dumps(reviewers) if reviewers is not None else "",
+                    json.dumps(self._pending_indexes(moved)),
+                    operation,
+                    current.version,
+                ],
+            )
+            verdict = as_text(result[0])
+            if verdict != "changed":
+                break
+        else:
+            raise InvalidDecision(
+                f"handoff {handoff_id} kept changing while it was reassigned; try again"
+            )
         if verdict == "missing":
             raise HandoffNotFound(handoff_id)
         if verdict == "already":

@@ -685,8 +685,15 @@ CREATE = (
     + """
 local id, hkey, idem = ARGV[2], KEYS[1], ARGV[4]
 local stored = redis.call('HMGET', hkey, 'created_at', 'expires_at')
--- A fresh id (every call but a resend) has no hash yet, so no request to compare.
-local stored_request = stored[1] and body_get(hkey, 'request')
+-- A fresh id (every call but a resend) has no hash yet, so no request to compare; but an
+-- id purged early keeps its body a while for its trail (PURGE_DECIDED): a resend arriving
+-- then must not store it again.
+local stored_request = false
+if stored[1] then
+  stored_request = body_get(hkey, 'request')
+elseif redis.call('EXISTS', body_key(hkey)) == 1 then
+  return {0, id}
+end
 -- The same id with the same request: this call, resent after its reply was lost (ids are
 -- fresh per call). It answers what the first run did: created.
 if stored_request == ARGV[3] then return {1, id, stored[1], stored[2] or '0'} end
@@ -1109,7 +1116,11 @@ for _, id in ipairs(due) do
     end
     local idem = f[2]
     if idem and idem ~= '' then
-      if redis.call('HGET', P .. 'idem', idem) == id then redis.call('HDEL', P .. 'idem', idem) end
+      if redis.call('HGET', P .. 'idem', idem) == id then
+        redis.call('HDEL', P .. 'idem', idem)
+        -- The HTTP API's record of the body first sent with the key goes with the key.
+        redis.call('DEL', P .. 'idembody:' .. idem)
+      end
       local old = P .. 'idem:' .. idem
       if redis.call('GET', old) == id then redis.call('DEL', old) end
     end
@@ -1181,15 +1192,18 @@ return {'ok'}
 
 # KEYS[1] handoff hash.
 # ARGV: prefix, id, actor, channel override or '', reviewers override json or '',
-#       new index keys json, operation id.
+#       new index keys json, operation id, the version the index keys were worked out from.
 REASSIGN = (
     PRELUDE
     + """
 local id, hkey = ARGV[2], KEYS[1]
 if replayed(ARGV[7]) then return {'ok', handoff_document(hkey, id)} end
 if redis.call('EXISTS', hkey) == 0 then return {'missing'} end
-local h = redis.call('HMGET', hkey, 'status', 'decision', 'decided_at')
+local h = redis.call('HMGET', hkey, 'status', 'decision', 'decided_at', 'version')
 if h[1] ~= 'pending' then return {'already', h[1], h[2] or '', h[3] or ''} end
+-- The index keys come from the handoff as the caller read it: another reassignment since
+-- would leave it indexed where it does not show (the caller reads it again and retries).
+if (ARGV[8] or '') ~= '' and (h[4] or '0') ~= ARGV[8] then return {'changed'} end
 local now = now_ms()
 for _, key in ipairs(index_keys(body_get(hkey, 'indexes'))) do
   redis.call('ZREM', key, id)

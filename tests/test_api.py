@@ -242,8 +242,8 @@ def test_bad_bodies_are_422_naming_the_field_and_change_nothing(
     assert refused.status_code == 422, refused.text
     assert refused.headers["content-type"] == "application/problem+json"
     assert field in [e["field"] for e in refused.json()["errors"]], refused.json()
-    after = [k for k in sorted(redis.keys("*")) if b"apirate" not in k]
-    assert after == [k for k in before if b"apirate" not in k]
+    after = [k for k in sorted(redis.keys("*")) if b"apicreates" not in k]
+    assert after == [k for k in before if b"apicreates" not in k]
 
 
 REFUND_FORM = {

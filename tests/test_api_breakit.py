@@ -52,7 +52,7 @@ def test_a_create_whose_first_request_is_under_way_counts_against_the_limit(
     body = _question("r2")
     # A first request with this key and body has claimed it and not created yet (or is
     # about to let go of it after its own 429), as a request racing it finds it.
-    assert _claim_idempotency(handoffs.store, "limited/k", CreateHandoff(**body))
+    assert _claim_idempotency(handoffs.store, "limited/k", CreateHandoff(**body)).claimed
 
     racing = agent.post("/v1/handoffs", json=body, headers={"Idempotency-Key": "k"})
 

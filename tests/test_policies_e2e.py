@@ -168,12 +168,12 @@ def test_over_the_api_a_condition_out_of_budget_is_422_naming_the_rule_and_store
 ) -> None:
     url, keys = api
     agent = _agent(url, keys, "agent")
-    before = {k for k in redis.keys("*") if b"apirate" not in k}
+    before = {k for k in redis.keys("*") if b"apicreates" not in k}
     refused = agent.post("/v1/handoffs", json=_action("delete_rows", {"ids": [1] * 21_000}))
     assert refused.status_code == 422, refused.text
     assert "routing condition of rule 'bulk-deletes'" in refused.json()["detail"]
     assert "too costly for these arguments" in refused.json()["detail"]
-    assert {k for k in redis.keys("*") if b"apirate" not in k} == before
+    assert {k for k in redis.keys("*") if b"apicreates" not in k} == before
 
 
 def test_a_rule_on_the_api_key_trusts_the_key_that_created_it_not_the_body(

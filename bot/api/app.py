@@ -8,9 +8,10 @@ and the long-poll wait is ``async`` so that thousands of held requests cost no t
 from __future__ import annotations
 
 import hashlib
+import secrets
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Annotated, Any
 
 import anyio
@@ -44,7 +45,7 @@ from store.arg_schemas import argument_errors
 from store.canonical import canonical_json
 from store.connection import open_async_client, parse_redis_url
 from store.decoding import as_text, well_formed
-from store.exceptions import HandoffError, HandoffNotFound
+from store.exceptions import HandoffError, HandoffNotFound, IdempotencyConflict
 from store.ids import new_handoff_id
 from store.metrics import FigureReader
 from store.models import AuditEvent, Callback, Handoff, HandoffRequest, RequestType, Status
@@ -308,11 +309,16 @@ def build_app(store: HandoffStore, config: ApiConfig) -> FastAPI:
         """The one way the API creates a handoff: checked, idempotent, counted per key."""
         request = _request_of(body, key, idempotency_key, config, trace_context)
         scoped = request.idempotency_key
-        claimed = _claim_idempotency(store, scoped, body) if scoped else None
+        claim = _claim_idempotency(store, scoped, body) if scoped else None
         try:
             # Only a replay of a create that happened is not counted: one whose first
             # request is still under way (or failed, and released the key) counts.
-            replay = bool(claimed is False and scoped and store.created_under(scoped) is not None)
+            replay = bool(
+                claim is not None
+                and not claim.claimed
+                and scoped
+                and store.created_under(scoped) is not None
+            )
             if not replay:
                 wait = keys.take_create(key, default_per_minute=config.creates_per_minute)
                 if wait is not None:
@@ -322,12 +328,28 @@ def build_app(store: HandoffStore, config: ApiConfig) -> FastAPI:
                         f"after {wait:.0f} s",
                         headers={"Retry-After": str(int(wait + 0.999))},
                     )
-            return store.create(request, handoff_id=new_handoff_id(), actor=f"api:{key.name}")
-        except BaseException:
-            if claimed and scoped:
-                # Nothing was created under the key: a corrected request may use it.
-                _release_idempotency(store, scoped)
+            made = store.create(request, handoff_id=new_handoff_id(), actor=f"api:{key.name}")
+        except BaseException as exc:
+            if claim is not None and claim.claimed and scoped:
+                # Nothing was created under the key by this request: a corrected request may
+                # use it (a conflict found another request's handoff under it).
+                _release_idempotency(
+                    store, scoped, claim, conflict=isinstance(exc, IdempotencyConflict)
+                )
             raise
+        if claim is not None and claim.claimed and not made.created:
+            # This request wrote the key's body record, yet the key named a handoff already:
+            # its first body's record was gone (one written before 0.2 expires), so nothing
+            # says this body is that one. Refused, and the record this request wrote goes.
+            _release_idempotency(store, scoped or "", claim, conflict=True)
+            raise ApiProblem(
+                409,
+                "this Idempotency-Key was used before and its first body is no longer on "
+                "record; use a new key for a new request",
+            )
+        if claim is not None:
+            _keep_idempotency(store, claim)
+        return made
 
     install_humanlayer(app, store=store, create=create, visible=visible)
 
@@ -633,40 +655,74 @@ def _request_of(
         raise ApiProblem(422, f"the request is not valid: {fields}", errors=errors) from None
 
 
-def _claim_idempotency(store: HandoffStore, scoped_key: str, body: CreateHandoff) -> bool:
+@dataclass(frozen=True)
+class _BodyClaim:
+    """This request's claim on an idempotency key's body record (``{ns}:idembody:<key>``):
+    the digest of its body and a token of its own, so that a resent claim (its reply lost)
+    is known as this request's, not another's."""
+
+    where: str
+    digest: str
+    token: str
+    claimed: bool
+    """Whether this request wrote the record (False: an earlier request with the same body
+    did)."""
+
+    @property
+    def value(self) -> str:
+        return f"{self.digest} {self.token}"
+
+
+def _claim_idempotency(store: HandoffStore, scoped_key: str, body: CreateHandoff) -> _BodyClaim:
     """Remember the body first used with an idempotency key; 409 for another body.
 
     The store's idempotency returns the first handoff for a key whatever the request; the
     API promises more (the same key with a different body is an error), so it keeps a
-    digest of the canonical JSON (RFC 8785) of the first body under the key.
+    digest of the canonical JSON (RFC 8785) of the first body under the key, for as long as
+    the key names a handoff: the purge deletes it with the key (records written before 0.2
+    expire after the retention period and a day).
     """
     # Lone surrogates are stored as U+FFFD (the request's own validator does the same), and
     # no canonical form takes them.
     dumped = well_formed(body.model_dump(mode="json", exclude={"idempotency_key"}))
     digest = hashlib.sha256(canonical_json(dumped)).hexdigest()
-    where = store.keys.idempotency_body(scoped_key)
-    ttl = int(store.config.retention_seconds) + 86400
+    claim = _BodyClaim(store.keys.idempotency_body(scoped_key), digest, secrets.token_hex(8), True)
     redis: Redis = store.redis
     for _ in range(3):
-        if redis.set(where, digest, nx=True, ex=ttl):
-            return True
-        first = redis.get(where)
+        if redis.set(claim.where, claim.value, nx=True):
+            return claim
+        first = redis.get(claim.where)
         if first is None:
             continue  # released just now by a first request that failed: claim it again
-        if as_text(first) != digest:
+        first_digest, _, first_token = as_text(first).partition(" ")
+        if first_token == claim.token:
+            return claim  # this request's own claim, its reply lost and the SET resent
+        if first_digest != digest:
             raise ApiProblem(
                 409,
                 "this Idempotency-Key was used with another body; use a new key for a new request",
             )
-        return False
+        return replace(claim, claimed=False)
     raise ApiProblem(409, "this Idempotency-Key is in use by a request under way; retry")
 
 
-def _release_idempotency(store: HandoffStore, scoped_key: str) -> None:
-    """Forget a body digest claimed by a create that then failed, unless the store did
-    create a handoff under the key after all (another request's)."""
-    if store.created_under(scoped_key) is None:
-        store.redis.delete(store.keys.idempotency_body(scoped_key))
+def _release_idempotency(
+    store: HandoffStore, scoped_key: str, claim: _BodyClaim, *, conflict: bool = False
+) -> None:
+    """Forget a body record this request claimed for a create that then failed, unless the
+    store did create a handoff under the key after all (another request's, whose record
+    this is then, as a twin with the same body wrote it), or, with ``conflict``, the handoff
+    under the key is known not to be this request's: the record is not its body's."""
+    if not conflict and store.created_under(scoped_key) is not None:
+        return
+    if store.redis.get(claim.where) == claim.value.encode():
+        store.redis.delete(claim.where)
+
+
+def _keep_idempotency(store: HandoffStore, claim: _BodyClaim) -> None:
+    """The key names a handoff now: its body record is there (a first request that failed
+    may have released it while this one, with the same body, was creating)."""
+    store.redis.set(claim.where, claim.value, nx=True)
 
 
 def _check_edited_args(handoff: Handoff, edited: dict[str, Any]) -> None:

@@ -35,7 +35,7 @@ def snapshot(redis: Redis) -> dict[bytes, bytes | None]:
     return {
         key: redis.dump(key)
         for key in sorted(redis.scan_iter(count=1000))
-        if b":apirate:" not in key
+        if b":apicreates:" not in key
     }
 
 

@@ -1,24 +1,23 @@
-"""Break-it reproductions around handoff creation and what follows it (each test fails on the
-code it was written against; the module text of each says what should happen instead).
+"""Creation and what follows it, at its edges (found by a break-it pass; each test names
+what went wrong before its fix):
 
-- The HTTP API's record of the body first sent with an Idempotency-Key expires (retention
-  + 1 day) while the handoff it created may still be pending: another body under the key is
-  then answered 200 with the first handoff, and takes the key's record over, so the first
-  body's own retry is refused 409.
-- Two reassignments of one handoff, the second having read it before the first wrote:
-  the handoff shows the first one's channel (or reviewers) but is indexed under the ones the
-  second read, so listings by reviewer or channel miss it (and show it where it is not).
-- A CREATE resent for an id whose handoff was purged early, its body kept for its trail:
-  it stores the handoff again, pending, over the old trail, with the kept body's TTL; when
-  that runs out the pending handoff cannot be read and listing all pending ones fails.
-- The API's body-record SET NX whose reply was lost is resent, finds its own digest, and
-  takes it for another request's claim: a create that then fails keeps the key (409 later).
-- A failed first request releases the key's body record while its twin (same key and
-  body) is creating: the handoff then has no body record, and another body is answered 200.
-- The API's per-minute create count whose EXEC reply was lost is resent: counted twice (a
-  key allowed one create a minute is refused its first).
-- A deadline under a millisecond (``expires_in_seconds`` > 0, as checked) is sent as 0
-  ms, which means "never expires".
+- The HTTP API's record of the body first sent with an Idempotency-Key lives as long as the
+  key names a handoff (the purge deletes it with the key). A record written before 0.2
+  expired after the retention period and a day, possibly under a pending handoff; then
+  another body under the key was answered 200 with the first handoff. Now a request that
+  finds the key taken without a record is refused (409), and a refused request's claim goes.
+- The API's body-record claim whose reply was lost is resent and known as the request's own
+  (a token): a create that then fails releases the key.
+- A failed first request may release the record while its twin (same key and body) creates:
+  the twin writes it back after its create.
+- The API's per-minute create count is a member per create: a resent transaction (its EXEC
+  reply lost) counts once.
+- Two reassignments of one handoff, the second having read it before the first wrote: the
+  script refuses index keys worked out from an older version, and the reassignment reads
+  the handoff again.
+- A CREATE resent for an id whose handoff was purged early (its body kept for its trail)
+  stores nothing.
+- A deadline under a millisecond is 1 ms, not "never expires".
 """
 
 from __future__ import annotations
@@ -31,12 +30,17 @@ import httpx
 import pytest
 from redis import Redis
 
-from bot.api.app import ApiConfig, _claim_idempotency, _release_idempotency
+from bot.api.app import (
+    ApiConfig,
+    _claim_idempotency,
+    _keep_idempotency,
+    _release_idempotency,
+)
 from bot.api.schemas import CreateHandoff
 from store.api_keys import ApiKeys
 from store.exceptions import HandoffNotFound
 from store.ids import new_handoff_id
-from store.models import HandoffRequest, Status
+from store.models import Handoff, HandoffRequest, Status
 from store.repository import HandoffStore, StoreConfig, TaskPolicy
 from store.settings import StoreSettings
 from tests.support.api_server import serve_api
@@ -71,16 +75,39 @@ def _client(api: str, handoffs: Handoffs, name: str) -> httpx.Client:
 
 
 def _let_body_records_expire(redis: Redis, handoffs: Handoffs) -> None:
-    """What retention + 1 day (31 days by default) does to the API's body digests: they
-    expire; the handoffs created under their keys may still be pending (no expiry, or one
-    of up to ten years), and the store's key -> id entry lives until the purge."""
+    """What retention + 1 day did to the API's body records written before 0.2 (they had a
+    TTL; the handoffs created under their keys may still be pending, and the store's key ->
+    id entry lives until the purge). Records written now have none: the purge deletes them
+    with the key."""
     for key in redis.scan_iter(match=handoffs.store.keys.idempotency_body("*")):
         redis.pexpire(key, 1)
     time.sleep(0.02)
     assert not list(redis.scan_iter(match=handoffs.store.keys.idempotency_body("*")))
 
 
-def test_another_body_under_a_key_whose_record_expired_is_409_and_the_first_retry_200(
+def test_a_body_record_lives_as_long_as_its_key_and_goes_with_the_purge(
+    api: str, handoffs: Handoffs, redis: Redis
+) -> None:
+    agent = _client(api, handoffs, "agent")
+    headers = {"Idempotency-Key": "order-6"}
+    first = agent.post("/v1/handoffs", json=APPROVAL, headers=headers)
+    assert first.status_code == 201
+    [record] = redis.scan_iter(match=handoffs.store.keys.idempotency_body("*"))
+    assert redis.ttl(record) == -1  # no expiry while the key names the handoff
+
+    other = {**APPROVAL, "context": "else", "action": {"name": "refund", "args": {"amount": 3000}}}
+    assert agent.post("/v1/handoffs", json=other, headers=headers).status_code == 409
+
+    handoff_id = first.json()["id"]
+    handoffs.cancel(handoff_id, by="U0ADMIN", resume=False)
+    redis.zadd(handoffs.store.keys.retention, {handoff_id: 0})  # due now
+    assert handoffs.store.purge_decided() == 1
+    assert not redis.exists(record)  # gone with the key: the key may be used again
+    again = agent.post("/v1/handoffs", json=other, headers=headers)
+    assert again.status_code == 201, again.text
+
+
+def test_another_body_under_a_key_whose_old_record_expired_is_refused_not_answered(
     api: str, handoffs: Handoffs, redis: Redis
 ) -> None:
     agent = _client(api, handoffs, "agent")
@@ -91,20 +118,22 @@ def test_another_body_under_a_key_whose_record_expired_is_409_and_the_first_retr
     assert handoffs.get(first.json()["id"]).is_pending
 
     # The same run and type, another refund: the store's own idempotency gives back the
-    # first handoff (what it promises); the API promises a 409 for another body.
+    # first handoff (what it promises); the API promises a 409 for another body. Before the
+    # fix: 200 with the first handoff (an amount of 30, not the 3000 asked for), and the
+    # key's record became the other body's.
     other = {**APPROVAL, "context": "else", "action": {"name": "refund", "args": {"amount": 3000}}}
     changed = agent.post("/v1/handoffs", json=other, headers=headers)
-    # The first request's retry (its reply was lost, say): same key, same body.
-    retry = agent.post("/v1/handoffs", json=APPROVAL, headers=headers)
-
-    # Today: 200 with the first handoff (an amount of 30, not the 3000 asked for) ...
     assert changed.status_code == 409, (changed.status_code, changed.json().get("payload"))
-    # ... and the key's record is now the other body's: the true retry gets a 409.
-    assert retry.status_code == 200, retry.text
-    assert retry.json()["id"] == first.json()["id"]
+    assert "no longer on record" in changed.json()["detail"]
+    # Nothing says which body was first: the first body's own retry is refused as well
+    # (a clear 409, nothing changed), never answered with a record of another body.
+    retry = agent.post("/v1/handoffs", json=APPROVAL, headers=headers)
+    assert retry.status_code == 409, retry.text
+    assert not list(redis.scan_iter(match=handoffs.store.keys.idempotency_body("*")))
+    assert [h.id for h in handoffs.list_pending().items] == [first.json()["id"]]
 
 
-def test_a_conflicting_request_under_an_expired_record_leaves_the_key_to_its_first_body(
+def test_a_conflicting_request_under_an_expired_record_leaves_the_key_as_it_was(
     api: str, handoffs: Handoffs, redis: Redis
 ) -> None:
     agent = _client(api, handoffs, "agent")
@@ -113,14 +142,12 @@ def test_a_conflicting_request_under_an_expired_record_leaves_the_key_to_its_fir
     assert first.status_code == 201
     _let_body_records_expire(redis, handoffs)
 
-    # Another run under the key: the store raises IdempotencyConflict, a 409 (right) ...
+    # Another run under the key: the store raises IdempotencyConflict, a 409 ...
     conflict = agent.post("/v1/handoffs", json={**APPROVAL, "run_id": "run-2"}, headers=headers)
     assert conflict.status_code == 409
-    # ... but the refused request's claim on the key stays (_release_idempotency keeps it,
-    # as a handoff exists under the key): the first body's own retry is refused.
-    retry = agent.post("/v1/handoffs", json=APPROVAL, headers=headers)
-    assert retry.status_code == 200, retry.text
-    assert retry.json()["id"] == first.json()["id"]
+    # ... and the refused request's claim on the key goes (before the fix it stayed, and
+    # the first body's retry was told "used with another body").
+    assert not list(redis.scan_iter(match=handoffs.store.keys.idempotency_body("*")))
 
 
 def test_a_key_whose_claim_reply_was_lost_is_released_when_its_create_fails(
@@ -190,9 +217,10 @@ def test_a_key_released_by_a_failed_first_request_while_its_twin_creates_keeps_i
     agent = _client(api, handoffs, "agent")
     scoped = "agent/twin"
     body = CreateHandoff.model_validate(APPROVAL)
-    assert _claim_idempotency(store, scoped, body) is True  # the first request
-    assert _claim_idempotency(store, scoped, body) is False  # its twin: the same body
-    _release_idempotency(store, scoped)  # the first fails: nothing under the key yet
+    first = _claim_idempotency(store, scoped, body)  # the first request
+    twin_claim = _claim_idempotency(store, scoped, body)  # its twin: the same body
+    assert first.claimed and not twin_claim.claimed
+    _release_idempotency(store, scoped, first)  # the first fails: nothing under the key yet
     request = HandoffRequest.model_validate(
         {
             "run_id": APPROVAL["run_id"],
@@ -207,6 +235,7 @@ def test_a_key_released_by_a_failed_first_request_while_its_twin_creates_keeps_i
     )
     twin = store.create(request, handoff_id=new_handoff_id())  # the twin's CREATE
     assert twin.created
+    _keep_idempotency(store, twin_claim)  # what the API does after a create
 
     other = {**APPROVAL, "action": {"name": "refund", "args": {"amount": 3000}}}
     changed = agent.post("/v1/handoffs", json=other, headers={"Idempotency-Key": "twin"})
@@ -230,14 +259,21 @@ def _question(**fields: object) -> HandoffRequest:
 
 
 class _StaleReads:
-    """``store.get`` as a second admin's process saw the handoff: before the first
-    admin's reassignment wrote (its read and its script are two round trips)."""
+    """``store.get`` as a second admin's process saw the handoff: its first read before the
+    first admin's reassignment wrote (its read and its script are two round trips), any
+    read after that as it is."""
 
     def __init__(self, store: HandoffStore, handoff_id: str) -> None:
-        self.seen = store.get(handoff_id)
+        self.read = store.get
+        self.seen: Handoff | None = store.get(handoff_id)
+        self.stale_reads = 0
 
-    def __call__(self, handoff_id: str) -> object:
-        return self.seen
+    def __call__(self, handoff_id: str) -> Handoff:
+        if self.seen is not None:
+            seen, self.seen = self.seen, None
+            self.stale_reads += 1
+            return seen
+        return self.read(handoff_id)
 
 
 def test_two_overlapping_reassignments_leave_the_handoff_in_the_indexes_it_shows(
@@ -250,12 +286,14 @@ def test_two_overlapping_reassignments_leave_the_handoff_in_the_indexes_it_shows
         _question(channel="C0OLD", reviewers=["U0OLD"]), handoff_id=new_handoff_id()
     ).handoff.id
     # The second admin reads the handoff (to work out its new indexes) ...
-    monkeypatch.setattr(second_admin, "get", _StaleReads(second_admin, handoff_id))
+    stale = _StaleReads(second_admin, handoff_id)
+    monkeypatch.setattr(second_admin, "get", stale)
     # ... the first gives it to other reviewers ...
     first_admin.reassign(handoff_id, by="U0ADMIN1", reviewers=["U0NEW"])
     # ... and the second moves it to another channel.
     second_admin.reassign(handoff_id, by="U0ADMIN2", channel="C0NEW")
 
+    assert stale.stale_reads == 1  # the reassignment read the handoff again and retried
     shown = first_admin.get(handoff_id)
     assert (shown.channel, shown.reviewers) == ("C0NEW", ["U0NEW"])
     # Every pending handoff is in the indexes of what it shows, and in no other.
@@ -297,32 +335,11 @@ def test_a_create_resent_after_an_early_purge_does_not_store_the_handoff_again(
     except HandoffNotFound:
         resent = None  # an honest answer: the handoff is gone
 
-    # Today: created again, pending, its body (the old trail overwritten) expiring with
-    # the old one's TTL; once it has, the pending handoff cannot be read.
+    # Before the fix: created again, pending, its body (the old trail overwritten)
+    # expiring with the old one's TTL; once it had, the pending handoff could not be read.
     assert resent is None or not resent.handoff.is_pending, "the purged id is pending again"
     assert redis.get(body_key) == old_trail
     assert store.count_pending() == 0
-
-
-def test_a_handoff_whose_body_expired_under_it_breaks_the_listing_of_all(
-    redis: Redis, fast_tasks: TaskPolicy
-) -> None:
-    """What the test above leads to, once the body's TTL ran out: a pending handoff with no
-    body. Reading it fails with a Lua error (not HandoffNotFound) and so does every listing
-    page that holds it."""
-    store = HandoffStore(redis, StoreConfig(tasks=fast_tasks, retention_seconds=3600))
-    handoff_id, request = new_handoff_id(), _question()
-    store.create(request, handoff_id=handoff_id)
-    store.cancel(handoff_id, cancelled_by="U0ADMIN", resume=False)
-    redis.zadd(store.keys.retention, {handoff_id: 0})
-    store.purge_decided()
-    store.create(request, handoff_id=handoff_id)
-    redis.pexpire(store.keys.handoff_body(handoff_id), 1)
-    time.sleep(0.02)
-
-    others = store.create(_question(run_id="run-other"), handoff_id=new_handoff_id()).handoff
-    assert [h.id for h in store.list_pending().items] in ([others.id], [handoff_id, others.id])
-    assert store.get(others.id).status is Status.PENDING
 
 
 # -- expiry ------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Break-it checks of creation that held (kept so they keep holding): a routed creation
+"""Creation under races and lost replies: a routed creation
 decided at once whose EXEC reply was lost, idempotency keys raced by threads (the store's and
 the HTTP API's), odd run ids through creation, two reassignments and the decision, and a
 created handoff as the creator is told it equals the one read back."""
