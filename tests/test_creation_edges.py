@@ -94,6 +94,9 @@ def test_a_body_record_lives_as_long_as_its_key_and_goes_with_the_purge(
     assert first.status_code == 201
     [record] = redis.scan_iter(match=handoffs.store.keys.idempotency_body("*"))
     assert redis.ttl(record) == -1  # no expiry while the key names the handoff
+    # A claim whose request died before creating expires (the key is free again then).
+    dead = _claim_idempotency(handoffs.store, "agent/died", CreateHandoff.model_validate(APPROVAL))
+    assert dead.claimed and 0 < redis.ttl(dead.where) <= 3600
 
     other = {**APPROVAL, "context": "else", "action": {"name": "refund", "args": {"amount": 3000}}}
     assert agent.post("/v1/handoffs", json=other, headers=headers).status_code == 409

@@ -655,6 +655,11 @@ def _request_of(
         raise ApiProblem(422, f"the request is not valid: {fields}", errors=errors) from None
 
 
+CLAIM_SECONDS = 3600
+"""How long a claim on an idempotency key's body record lasts before its create makes it
+permanent: longer than any request takes."""
+
+
 @dataclass(frozen=True)
 class _BodyClaim:
     """This request's claim on an idempotency key's body record (``{ns}:idembody:<key>``):
@@ -689,7 +694,9 @@ def _claim_idempotency(store: HandoffStore, scoped_key: str, body: CreateHandoff
     claim = _BodyClaim(store.keys.idempotency_body(scoped_key), digest, secrets.token_hex(8), True)
     redis: Redis = store.redis
     for _ in range(3):
-        if redis.set(claim.where, claim.value, nx=True):
+        # For as long as a request may take: one that dies before creating leaves the key
+        # free again after that. A create makes the record permanent (_keep_idempotency).
+        if redis.set(claim.where, claim.value, nx=True, ex=CLAIM_SECONDS):
             return claim
         first = redis.get(claim.where)
         if first is None:
@@ -721,8 +728,12 @@ def _release_idempotency(
 
 def _keep_idempotency(store: HandoffStore, claim: _BodyClaim) -> None:
     """The key names a handoff now: its body record is there (a first request that failed
-    may have released it while this one, with the same body, was creating)."""
-    store.redis.set(claim.where, claim.value, nx=True)
+    may have released it while this one, with the same body, was creating), for as long as
+    the key (the purge deletes it; one written before 0.2 loses its TTL here too)."""
+    with store.redis.pipeline(transaction=False) as pipe:
+        pipe.set(claim.where, claim.value, nx=True)
+        pipe.persist(claim.where)
+        pipe.execute()
 
 
 def _check_edited_args(handoff: Handoff, edited: dict[str, Any]) -> None:
