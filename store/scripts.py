@@ -1208,8 +1208,9 @@ local now = now_ms()
 for _, key in ipairs(index_keys(body_get(hkey, 'indexes'))) do
   redis.call('ZREM', key, id)
 end
-for _, key in ipairs(cjson.decode(ARGV[6])) do redis.call('ZADD', key, 0, id) end
-body_set(hkey, 'indexes', stored_indexes(cjson.decode(ARGV[6])))
+local indexes = cjson.decode(ARGV[6])
+for _, key in ipairs(indexes) do redis.call('ZADD', key, 0, id) end
+body_set(hkey, 'indexes', stored_indexes(indexes))
 if ARGV[4] ~= '' then redis.call('HSET', hkey, 'channel_override', ARGV[4]) end
 if ARGV[5] ~= '' then redis.call('HSET', hkey, 'reviewers_override', ARGV[5]) end
 redis.call('HINCRBY', hkey, 'version', 1)

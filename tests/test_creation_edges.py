@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import httpx
@@ -33,6 +34,7 @@ from redis import Redis
 from bot.api.app import (
     ApiConfig,
     _claim_idempotency,
+    _created_before_claim,
     _keep_idempotency,
     _release_idempotency,
 )
@@ -204,6 +206,40 @@ def test_a_create_whose_rate_count_reply_was_lost_is_counted_once(
 
     assert [part[0] for part in proxy.lost] == [b"EXEC"]
     assert first.status_code == 201, first.text  # today: 429, "created its handoffs"
+
+
+def test_a_first_request_whose_twin_created_first_is_answered_with_it_not_refused(
+    handoffs: Handoffs,
+) -> None:
+    """The first request claims the key's body record, its twin (same body) finds it and
+    its CREATE lands first: the first request's own CREATE then finds the twin's handoff
+    (created=False). That handoff came after the claim, so it is this body's: not a key taken
+    before with its record lost (16 racing requests once got a 409 here, and a request of
+    another body then a 200 with this handoff). Only a handoff older than the claim is."""
+    store = handoffs.store
+    scoped = "agent/race"
+    body = CreateHandoff.model_validate(APPROVAL)
+    first = _claim_idempotency(store, scoped, body)
+    twin_claim = _claim_idempotency(store, scoped, body)
+    request = HandoffRequest.model_validate(
+        {
+            "run_id": APPROVAL["run_id"],
+            "thread_id": APPROVAL["thread_id"],
+            "request_type": "approval",
+            "payload": {"kind": "approval", "action": APPROVAL["action"]},
+            "idempotency_key": scoped,
+        }
+    )
+    made_by_twin = store.create(request, handoff_id=new_handoff_id()).handoff
+    assert not _created_before_claim(store, first, made_by_twin)
+    _keep_idempotency(store, twin_claim)  # the twin's create made the record permanent
+    assert not _created_before_claim(store, first, made_by_twin)
+
+    older = made_by_twin.model_copy(
+        update={"created_at": made_by_twin.created_at - timedelta(seconds=1)}
+    )
+    late = _claim_idempotency(store, "agent/late", body)
+    assert _created_before_claim(store, late, older)
 
 
 def test_a_key_released_by_a_failed_first_request_while_its_twin_creates_keeps_its_body(

@@ -333,15 +333,23 @@ def build_app(store: HandoffStore, config: ApiConfig) -> FastAPI:
             if claim is not None and claim.claimed and scoped:
                 # Nothing was created under the key by this request: a corrected request may
                 # use it (a conflict found another request's handoff under it).
-                _release_idempotency(
-                    store, scoped, claim, conflict=isinstance(exc, IdempotencyConflict)
-                )
+                if isinstance(exc, IdempotencyConflict):
+                    _drop_claim(store, claim)
+                else:
+                    _release_idempotency(store, scoped, claim)
             raise
-        if claim is not None and claim.claimed and not made.created:
-            # This request wrote the key's body record, yet the key named a handoff already:
-            # its first body's record was gone (one written before 0.2 expires), so nothing
-            # says this body is that one. Refused, and the record this request wrote goes.
-            _release_idempotency(store, scoped or "", claim, conflict=True)
+        if (
+            claim is not None
+            and claim.claimed
+            and not made.created
+            and _created_before_claim(store, claim, made.handoff)
+        ):
+            # This request wrote the key's body record, yet the key named a handoff made
+            # before that: its first body's record was gone (one written before 0.2
+            # expired), so nothing says this body is that one. Refused, and the record this
+            # request wrote goes. (One made after the claim is a twin's, which found this
+            # request's record: the same body.)
+            _drop_claim(store, claim)
             raise ApiProblem(
                 409,
                 "this Idempotency-Key was used before and its first body is no longer on "
@@ -713,15 +721,33 @@ def _claim_idempotency(store: HandoffStore, scoped_key: str, body: CreateHandoff
     raise ApiProblem(409, "this Idempotency-Key is in use by a request under way; retry")
 
 
-def _release_idempotency(
-    store: HandoffStore, scoped_key: str, claim: _BodyClaim, *, conflict: bool = False
-) -> None:
+def _release_idempotency(store: HandoffStore, scoped_key: str, claim: _BodyClaim) -> None:
     """Forget a body record this request claimed for a create that then failed, unless the
-    store did create a handoff under the key after all (another request's, whose record
-    this is then, as a twin with the same body wrote it), or, with ``conflict``, the handoff
-    under the key is known not to be this request's: the record is not its body's."""
-    if not conflict and store.created_under(scoped_key) is not None:
-        return
+    store did create a handoff under the key after all (another request's: the record is
+    then that request's body's, as a twin with the same body wrote it)."""
+    if store.created_under(scoped_key) is None:
+        _drop_claim(store, claim)
+
+
+def _created_before_claim(store: HandoffStore, claim: _BodyClaim, handoff: Handoff) -> bool:
+    """Whether ``handoff`` (under the key) was made before this request claimed the key's
+    body record: by the server's clock, from how much of the claim's TTL is left (its expiry
+    less its TTL is when it was set, to the millisecond; a few milliseconds' margin)."""
+    with store.redis.pipeline(transaction=False) as pipe:
+        pipe.pttl(claim.where)
+        pipe.time()
+        left_ms, (seconds, micros) = pipe.execute()
+    if left_ms == -1:
+        return False  # made permanent by a create under the key that found it: a twin's
+    if left_ms < 0:
+        return True  # gone: nothing to vouch for this body
+    claimed_at_ms = int(seconds) * 1000 + int(micros) // 1000 - (CLAIM_SECONDS * 1000 - left_ms)
+    return handoff.created_at.timestamp() * 1000 < claimed_at_ms - 5
+
+
+def _drop_claim(store: HandoffStore, claim: _BodyClaim) -> None:
+    """Delete the key's body record if it is still this request's claim (a conflict, or a
+    key found taken without a record: the handoff under it is not this request's)."""
     if store.redis.get(claim.where) == claim.value.encode():
         store.redis.delete(claim.where)
 
