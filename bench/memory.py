@@ -192,7 +192,7 @@ def key_kind(prefix: str, key: str) -> str:
     if parts[0] == "h":
         return "handoff hash"
     if parts[0] == "hb":
-        return "handoff body (request, indexes, trail)"
+        return "handoff body (request, trail)"
     if parts[0] == "policies":
         return "task policies (each stored once)"
     if parts[0] == "op":
@@ -205,9 +205,9 @@ def key_kind(prefix: str, key: str) -> str:
         return f"index pending:{parts[1]}:*" if len(parts) > 1 else "index pending"
     if parts[0] in ("outbox", "deadlines", "retention", "failed", "wake"):
         return "outbox, deadlines, timers"
-    if parts[0] in ("msg", "msgs"):
+    if parts[0] in ("msg", "msgs", "msglinks"):
         return "message links"
-    if parts[0] == "idem":
+    if parts[0] in ("idem", "idemkeys"):
         return "idempotency keys"
     return f"other ({parts[0]})"
 

@@ -78,3 +78,15 @@ UNCONFIRMED_START_DEFER_SECONDS = 10.0
 """How long a task's attempt whose start the replicas did not confirm (``HANDOFF_MIN_REPLICA_ACKS``)
 is put off, as a deferral that spends no attempt (up to ``MAX_DEFERRALS`` a round): a replica
 down for minutes must not use up a delivery's attempts and close its handoff undeliverable."""
+
+LOOKUP_BUCKETS = 1024
+"""Idempotency keys and Slack message links are fields of this many small hashes each
+(``store.keys.lookup_bucket``), not of one big one: a hash of up to 128 short fields is a
+listpack, about 50 bytes a field where a big hash's table spends about 100 (``bench/memory.py``),
+so up to about 130,000 of each stay compact. Changing it loses the ones written before."""
+
+DEADLINE_BUCKETS = 128
+"""Pending handoffs' deadlines are spread over this many sorted sets (by the SHA-1 of the
+id; ``store.keys.deadline_bucket``), each a listpack while it holds at most 128 (about 40
+bytes an entry where one big set spends about 130): compact up to about 16,000 handoffs with
+a deadline. The expiry sweep reads each (a few microseconds apiece)."""

@@ -24,9 +24,11 @@ key                                    type    contents
 ``{ns}:audit``                         stream  every audit event of the namespace (field
                                                ``e``), or, while its handoff is pending,
                                                where it is in the trail (``p``, ``i``)
-``{ns}:idem``                          hash    idempotency key -> the handoff id created
-                                               under it (before 0.2: ``{ns}:idem:<key>``,
-                                               a string each, still read)
+``{ns}:idemkeys:<n>``                  hash    idempotency key -> the handoff id created
+                                               under it, in bucket ``lookup_bucket(key)``
+                                               (before 0.3: one hash ``{ns}:idem``; before
+                                               0.2: ``{ns}:idem:<key>``, a string each;
+                                               both still read)
 ``{ns}:idembody:<key>``                string  the HTTP API's digest of the body first
                                                sent with an idempotency key (expires)
 ``{ns}:pending``                       zset    all pending ids, written before 0.2 (each is
@@ -38,15 +40,19 @@ key                                    type    contents
                                                ordered by id = age); the four together are
                                                every pending handoff
 ``{ns}:pending:key:<api key name>``    zset    pending ids an HTTP API key created
-``{ns}:deadlines``                     zset    pending id -> expiry time (ms)
+``{ns}:deadlines:<n>``                 zset    pending id -> expiry time (ms), in bucket
+                                               ``deadline_bucket(id)`` (before 0.3: one
+                                               set ``{ns}:deadlines``, still swept)
 ``{ns}:outbox``                        zset    ``<task>:<id>`` -> when due (ms); tasks are
                                                ``deliver``, ``resume`` and ``notify``
 ``{ns}:failed``                        zset    ``<task>:<id>`` that used up its attempts
 ``{ns}:job:<task>:<id>``               string  id of the RQ job last dispatched for a task
                                                (expires)
-``{ns}:msgs``                          hash    ``<channel>:<ts>`` of a posted Slack
-                                               message -> its handoff id (before 0.2:
-                                               ``{ns}:msg:<channel>:<ts>``, still read)
+``{ns}:msglinks:<n>``                  hash    ``<channel>:<ts>`` of a posted Slack
+                                               message -> its handoff id, in bucket
+                                               ``lookup_bucket(<channel>:<ts>)`` (before
+                                               0.3: one hash ``{ns}:msgs``; before 0.2:
+                                               ``{ns}:msg:<channel>:<ts>``; still read)
 ``{ns}:event:<event_id>``              string  Slack event already handled (expires)
 ``{ns}:op:<operation id>``             string  what a script call did, for its resend after
                                                a lost reply (expires after 2 minutes)
@@ -92,6 +98,7 @@ is gone.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 from dataclasses import dataclass
 
@@ -121,10 +128,40 @@ def body_string(fields: dict[str, bytes]) -> bytes:
     return b"\n".join(parts)
 
 
+CREATED_END = b'"created"]'
+"""How the line of a ``created`` event stored without its detail ends (see ``trail_lines``)."""
+
+
 def trail_lines(body: bytes | None) -> list[bytes]:
-    """The audit events a handoff's body holds (its ``trail``), oldest first."""
-    trail = body_fields(body).get("trail")
-    return trail.split(b"\n") if trail else []
+    """The audit events a handoff's body holds (its ``trail``), oldest first.
+
+    Its first, ``created``, is stored without its detail, which is the request's run and
+    type (``CREATE`` in ``store.scripts``): put back here, as ``TRAIL_EVENTS`` puts it back
+    for the stream's readers."""
+    fields = body_fields(body)
+    trail = fields.get("trail")
+    if not trail:
+        return []
+    lines = trail.split(b"\n")
+    request = fields.get("request")
+    if request and lines[0].endswith(CREATED_END):
+        stored = json.loads(request)
+        detail = {"run_id": stored.get("run_id"), "request_type": stored.get("request_type")}
+        lines[0] = lines[0][:-1] + b"," + json.dumps(detail).encode() + b"]"
+    return lines
+
+
+def bucket_of(name: str, buckets: int) -> int:
+    """Which of ``buckets`` keys holds ``name``: the first 16 bits of the SHA-1 of its UTF-8
+    bytes, modulo the count. The scripts work it out the same way (``bucket_of`` in
+    ``store.scripts``)."""
+    return int(hashlib.sha1(name.encode()).hexdigest()[:4], 16) % buckets
+
+
+def lookup_bucket(name: str) -> int:
+    """Which of ``defaults.LOOKUP_BUCKETS`` hashes holds an idempotency key or a message
+    link (``bucket_of``)."""
+    return bucket_of(name, defaults.LOOKUP_BUCKETS)
 
 
 @dataclass(frozen=True)
@@ -167,10 +204,15 @@ class KeySpace:
         """The namespace-wide audit stream."""
         return f"{self.prefix}audit"
 
+    def idempotency_ids(self, key: str) -> str:
+        """The hash holding the handoff id created under idempotency key ``key`` (one of
+        ``defaults.LOOKUP_BUCKETS``; ``lookup_bucket``)."""
+        return f"{self.prefix}idemkeys:{lookup_bucket(key)}"
+
     @functools.cached_property
-    def idempotency_ids(self) -> str:
-        """Idempotency keys -> the handoff id created under each. One hash for the
-        namespace: a key of its own for each costs about 70 bytes more per handoff."""
+    def idempotency_ids_before(self) -> str:
+        """Idempotency keys -> the handoff id created under each, in one hash for the
+        namespace, as they were kept before ``idempotency_ids`` (still read)."""
         return f"{self.prefix}idem"
 
     def idempotency_body(self, key: str) -> str:
@@ -213,8 +255,14 @@ class KeySpace:
 
     @functools.cached_property
     def deadlines(self) -> str:
-        """Expiry times of pending handoffs."""
+        """Expiry times of pending handoffs, as they were kept before ``deadline_bucket``
+        (still swept); the sweep's script names it."""
         return f"{self.prefix}deadlines"
+
+    def deadline_bucket(self, handoff_id: str) -> str:
+        """The sorted set holding a pending handoff's expiry time (one of
+        ``defaults.DEADLINE_BUCKETS``, by ``bucket_of``; the scripts work it out alike)."""
+        return f"{self.prefix}deadlines:{bucket_of(handoff_id, defaults.DEADLINE_BUCKETS)}"
 
     @functools.cached_property
     def outbox(self) -> str:
@@ -240,10 +288,15 @@ class KeySpace:
         """The RQ job last dispatched for a task (``deliver``, ``resume``...) of a handoff."""
         return f"{self.prefix}job:{task}:{handoff_id}"
 
+    def message_links(self, link: str) -> str:
+        """The hash holding which handoff the Slack message ``link`` (``<channel>:<ts>``)
+        shows (one of ``defaults.LOOKUP_BUCKETS``, as ``idempotency_ids``)."""
+        return f"{self.prefix}msglinks:{lookup_bucket(link)}"
+
     @functools.cached_property
-    def message_links(self) -> str:
-        """``<channel>:<ts>`` of each posted Slack message -> the handoff it shows. One hash
-        for the namespace, as ``idempotency_ids``."""
+    def message_links_before(self) -> str:
+        """``<channel>:<ts>`` of each posted Slack message -> the handoff it shows, in one
+        hash for the namespace, as they were kept before ``message_links`` (still read)."""
         return f"{self.prefix}msgs"
 
     def message_link(self, channel: str, ts: str) -> str:

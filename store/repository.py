@@ -303,12 +303,12 @@ class HandoffStore:
         # Unset fields are left out (about 160 bytes of every stored handoff); reading the
         # request back gives them their defaults, None. Values inside the agent's own
         # dicts (args, metadata) are kept as they are, null or not.
-        request_json = request.model_dump_json(exclude_none=True)
+        full_json = request.model_dump_json(exclude_none=True)
         # The whole request holds what the limit counts (its context and payload, and more
         # than the few bytes of nulls the exact count adds), so the exact count is needed
         # only for a request over the limit. Checked before routing: the policy's conditions
         # are never run on a request that is refused anyway (a rule changes neither).
-        if len(request_json.encode()) > self.config.max_payload_bytes:
+        if len(full_json.encode()) > self.config.max_payload_bytes:
             size = _agent_content_bytes(request)
             if size > self.config.max_payload_bytes:
                 raise PayloadTooLarge(size, self.config.max_payload_bytes)
@@ -317,7 +317,7 @@ class HandoffStore:
         routing = policy_file.route(request) if policy_file is not None else None
         if routing is not None:
             request = routing.request
-            request_json = request.model_dump_json(exclude_none=True)
+        request_json = _stored_request_json(request)
         policy = (tasks or self.config.tasks).for_request(request)
         expires_ms = _whole_ms(request.expires_in_seconds or 0)
         policy_json = policy.as_script_arg()
@@ -332,11 +332,9 @@ class HandoffStore:
             request.request_type.value,
             policy_json,
             actor,
-            request.run_id,
             request.channel or "",
             # A rule's decision is the only one: nobody votes on it.
             "" if routing is not None and routing.auto else _quorum_of(request),
-            _digest_of(request),
         ]
         if routing is None:
             result = self._scripts["CREATE"](keys=[self.keys.handoff(handoff_id)], args=create_args)
@@ -1118,12 +1116,15 @@ class HandoffStore:
         (``purge_decided``) finds and removes each link. No set of links is kept besides:
         it would cost about 280 bytes per posted handoff.
         """
-        self.redis.hset(self.keys.message_links, f"{channel}:{ts}", handoff_id)
+        link = f"{channel}:{ts}"
+        self.redis.hset(self.keys.message_links(link), link, handoff_id)
 
     def handoff_for_message(self, channel: str, ts: str) -> str | None:
         """The id of the handoff shown by a Slack message, if any."""
+        link = f"{channel}:{ts}"
         with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hget(self.keys.message_links, f"{channel}:{ts}")
+            pipe.hget(self.keys.message_links(link), link)
+            pipe.hget(self.keys.message_links_before, link)  # linked before the buckets
             pipe.get(self.keys.message_link(channel, ts))  # linked before the hash
             values = [v for v in pipe.execute() if v is not None]
         return as_text(values[0]) if values else None
@@ -1131,11 +1132,12 @@ class HandoffStore:
     def created_under(self, idempotency_key: str) -> str | None:
         """The id of the handoff created under ``idempotency_key``, if one exists."""
         with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hget(self.keys.idempotency_ids, idempotency_key)
+            pipe.hget(self.keys.idempotency_ids(idempotency_key), idempotency_key)
+            pipe.hget(self.keys.idempotency_ids_before, idempotency_key)  # before the buckets
             pipe.get(self.keys.idempotency(idempotency_key))  # created before the hash
-            in_hash, before = pipe.execute()
-        if in_hash is not None:
-            return as_text(in_hash)
+            in_bucket, in_hash, before = pipe.execute()
+        if in_bucket is not None or in_hash is not None:
+            return as_text(in_bucket if in_bucket is not None else in_hash)
         # The HTTP API kept a key's body digest (64 hex digits, never a handoff id) at
         # ``idempotency(key) + ":body"`` before ``idempotency_body``; such digests live
         # until they expire, and what the key ``<key>:body`` finds there names no handoff.
@@ -1477,6 +1479,16 @@ def _unanswered_verdict(unanswered: PostWindow | Literal["unchanged"] | None) ->
         return "none"
     assert isinstance(unanswered, PostWindow)
     return unanswered.to_stored()
+
+
+def _stored_request_json(request: HandoffRequest) -> str:
+    """The request as a handoff's body keeps it: unset fields left out (reading it back gives
+    them their defaults), and what the hash holds already, which the handoff's document puts
+    back (``handoff_document`` in ``store.scripts``): the idempotency key (the hash's
+    ``idem_key``). An empty ``metadata`` is left out too (its default). Each is tens of bytes
+    of every waiting handoff (``bench/memory.py``)."""
+    left_out = {"idempotency_key"} if request.metadata else {"idempotency_key", "metadata"}
+    return request.model_dump_json(exclude_none=True, exclude=left_out)
 
 
 def _digest_of(request: HandoffRequest) -> str:

@@ -21,6 +21,8 @@ PRELUDE = (
 local P = ARGV[1]
 """
     + f"local MAX_VOTES = {defaults.MAX_VOTES}\n"
+    + f"local LOOKUP_BUCKETS = {defaults.LOOKUP_BUCKETS}\n"
+    + f"local DEADLINE_BUCKETS = {defaults.DEADLINE_BUCKETS}\n"
     + f"local DECISION_BUCKETS = {{{', '.join(map(str, defaults.DECISION_SECONDS_BUCKETS))}}}\n"
     + """
 local EVENTS = {
@@ -124,6 +126,44 @@ local function index_keys(stored)
   return keys
 end
 
+-- The pending index keys a request names (HandoffStore._pending_indexes builds the same
+-- list; a test holds the two together): its run's and its type's, its channel's, each
+-- reviewer's once, its API key's.
+local function request_index_keys(request_json)
+  local r = cjson.decode(request_json)
+  local keys = {P .. 'pending:run:' .. r.run_id, P .. 'pending:type:' .. r.request_type}
+  if type(r.channel) == 'string' and r.channel ~= '' then
+    keys[#keys + 1] = P .. 'pending:channel:' .. r.channel
+  end
+  local seen = {}
+  if type(r.reviewers) == 'table' then
+    for _, reviewer in ipairs(r.reviewers) do
+      if not seen[reviewer] then
+        seen[reviewer] = true
+        keys[#keys + 1] = P .. 'pending:reviewer:' .. reviewer
+      end
+    end
+  end
+  if type(r.api_key) == 'string' and r.api_key ~= '' then
+    keys[#keys + 1] = P .. 'pending:key:' .. r.api_key
+  end
+  return keys
+end
+
+-- A pending handoff's index keys: as stored (in its hash, written before the body, or its
+-- body), else the ones its request names (CREATE leaves those out).
+local function pending_index_keys(hkey, stored, fields)
+  if not stored then
+    fields = fields or body_fields(hkey)
+    stored = fields.indexes
+    if not stored then
+      if not fields.request then return {} end
+      return request_index_keys(fields.request)
+    end
+  end
+  return index_keys(stored)
+end
+
 -- A handoff's task policy (attempts, timeouts, backoff, timers) is one JSON object, the
 -- same for most handoffs of a deployment: it is kept once, in {ns}:policies (SHA-1 of the
 -- JSON -> the JSON), and the hash's 'policy' field names it ('@' and the SHA-1). Handoffs
@@ -136,8 +176,16 @@ local function policy_json(stored)
 end
 
 -- The policy's JSON stored once; what the hash's 'policy' field holds to name it.
+-- Named by the first 16 hex digits of the SHA-1 (24 bytes less of every handoff's hash);
+-- another JSON already under that name (about one chance in 2^64 a pair) gets the whole
+-- digest. Readers take whatever follows '@' (handoffs written before name all 40).
 local function intern_policy(json)
   local digest = redis.sha1hex(json)
+  local short = string.sub(digest, 1, 16)
+  if redis.call('HSETNX', P .. 'policies', short, json) == 1
+      or redis.call('HGET', P .. 'policies', short) == json then
+    return '@' .. short
+  end
   redis.call('HSETNX', P .. 'policies', digest, json)
   return '@' .. digest
 end
@@ -243,6 +291,62 @@ local function audit(id, event, actor, at, detail, new_body)
   end
 end
 
+-- The 'created' event is stored without its detail, the request's run and type (see
+-- CREATE): put back here, as store.keys.trail_lines does, for the lines that leave Redis.
+local CREATED_END = '"created"]'
+local function with_created_detail(line, request)
+  if not line or not request or string.sub(line, -#CREATED_END) ~= CREATED_END then
+    return line
+  end
+  local r = cjson.decode(request)
+  return string.sub(line, 1, -2) .. ',' .. cjson.encode({run_id = r.run_id,
+                                                         request_type = r.request_type}) .. ']'
+end
+
+-- Where a task's current attempt posts ('?' for a handoff stored before routes were kept):
+-- a delivery's is kept (BEGIN_TASK) only when it is not the request's own route.
+local function attempt_route(hkey, k)
+  local route = redis.call('HGET', hkey, k .. '_route')
+  if not route and k == 'deliver' then route = redis.call('HGET', hkey, 'route') end
+  return route or '?'
+end
+
+-- The small hash that holds an idempotency key ('idemkeys') or a message link
+-- ('msglinks'): store.keys.lookup_bucket works it out the same way.
+local function bucket_of(name, buckets)
+  return tonumber(string.sub(redis.sha1hex(name), 1, 4), 16) % buckets
+end
+
+local function lookup_key(kind, name)
+  return P .. kind .. ':' .. bucket_of(name, LOOKUP_BUCKETS)
+end
+
+-- The sorted set holding a pending handoff's deadline (store.keys.deadline_bucket).
+local function deadline_key(id)
+  return P .. 'deadlines:' .. bucket_of(id, DEADLINE_BUCKETS)
+end
+
+-- Where an idempotency key or a message link is found: its bucket, else the one hash of
+-- the namespace they were kept in before the buckets. The key of its own each had before
+-- that is looked at by the callers, which know its name.
+local function looked_up(kind, before, name)
+  return redis.call('HGET', lookup_key(kind, name), name) or redis.call('HGET', P .. before, name)
+end
+
+-- Remove a lookup that still names ``id``, wherever it is; true when one was removed.
+local function unlink(kind, before, name, id)
+  local bucket = lookup_key(kind, name)
+  if redis.call('HGET', bucket, name) == id then
+    redis.call('HDEL', bucket, name)
+    return true
+  end
+  if redis.call('HGET', P .. before, name) == id then
+    redis.call('HDEL', P .. before, name)
+    return true
+  end
+  return false
+end
+
 -- A resent call (same operation id) answers what the first run did; see the module text.
 -- Long enough for redis-py's resends and a reconnect, short enough to cost no memory.
 local OP_MEMORY_MS = 120000
@@ -321,7 +425,7 @@ end
 local DOC_TIMES = {{'expires_at', 'expires_at'}, {'claimed_at', 'claimed_at'},
                    {'escalated_at', 'escalated_at'}}
 local DOC_TEXTS = {{'redelivered_from', 'redelivered_from'}, {'claimed_by', 'claimed_by'},
-                   {'channel', 'channel_override'},
+                   {'channel', 'channel_override'}, {'idempotency_key', 'idem_key'},
                    {'reminders_sent', 'remind_done'}}
 local DOC_JSON = {{'reviewers', 'reviewers_override'}, {'message_refs', 'message_refs'},
                   {'votes', 'votes'}, {'proposed_args', 'proposed_args'}}
@@ -419,11 +523,11 @@ local function close_pending(id, hkey, f, status, decision, actor, event, at, re
   end
   local set = {'status', status, 'decision', decision, 'decided_at', at, 'version', version}
   local outbox = {}
-  local indexes = f.indexes or body_fields(hkey).indexes
-  for _, key in ipairs(index_keys(indexes)) do
+  for _, key in ipairs(pending_index_keys(hkey, f.indexes)) do
     redis.call('ZREM', key, id)
   end
-  redis.call('ZREM', P .. 'deadlines', id)
+  redis.call('ZREM', deadline_key(id), id)
+  redis.call('ZREM', P .. 'deadlines', id)  -- set before the buckets
   local timers = {}
   for _, k in ipairs(PENDING_ONLY) do
     local state = f[k .. '_state']
@@ -560,7 +664,7 @@ local function note_unanswered(hkey, k, verdict, now)
   local to = now * 1000
   if v.to ~= nil and v.to ~= cjson.null then to = tonumber(v.to) end
   local route = v.route
-  if type(route) ~= 'string' then route = redis.call('HGET', hkey, k .. '_route') or '?' end
+  if type(route) ~= 'string' then route = attempt_route(hkey, k) end
   keep_unanswered(hkey, k, tonumber(v.from), to, v.read, v.found, route)
 end
 
@@ -676,10 +780,10 @@ end
 )
 
 # KEYS[1] handoff hash.
-# ARGV: prefix, id, request json, idempotency key or '', expires in ms or 0, index keys json,
-#       has resume (1/0), request type, task settings json, actor, run id (for the audit),
+# ARGV: prefix, id, request json (as the body keeps it), idempotency key or '', expires in ms
+#       or 0, index keys json, has resume (1/0), request type, task settings json, actor,
 #       route (the request's channel, '' for the default one), quorum json ('' for none: one
-#       decision decides), an approval's action digest ('' for other requests).
+#       decision decides).
 CREATE = (
     PRELUDE
     + """
@@ -698,11 +802,11 @@ end
 -- fresh per call). It answers what the first run did: created.
 if stored_request == ARGV[3] then return {1, id, stored[1], stored[2] or '0'} end
 if idem ~= '' then
-  -- In the namespace's hash of keys; one created before it, under a key of its own. The
-  -- HTTP API kept a key's body digest (64 hex digits, never a handoff id) at
-  -- '{ns}:idem:<key>:body' (until it expires): what key '<key>:body' finds there names no
-  -- handoff.
-  local existing = redis.call('HGET', P .. 'idem', idem)
+  -- In its bucket (or the namespace's one hash, before the buckets); one created before
+  -- that, under a key of its own. The HTTP API kept a key's body digest (64 hex digits,
+  -- never a handoff id) at '{ns}:idem:<key>:body' (until it expires): what key
+  -- '<key>:body' finds there names no handoff.
+  local existing = looked_up('idemkeys', 'idem', idem)
   if not existing then
     existing = redis.call('GET', P .. 'idem:' .. idem)
     if existing and #existing == 64 and not string.find(existing, '[^0-9a-f]') then
@@ -720,15 +824,22 @@ local t = cjson.decode(ARGV[9])
 redis.call('HSET', hkey, 'status', 'pending', 'request_type', ARGV[8],
   'created_at', now, 'expires_at', expires_at, 'idem_key', idem,
   'version', 1, 'has_resume', ARGV[7], 'policy', intern_policy(ARGV[9]),
-  'deliver_state', 'queued', 'deliver_limit', t.deliver_max, 'route', ARGV[12] or '')
+  'deliver_state', 'queued', 'deliver_limit', t.deliver_max, 'route', ARGV[11] or '')
 POLICIES[hkey] = t
 -- The long fields go to the body (see body_key), written with the 'created' event below.
+-- Index keys the request names (all of them, unless a routing rule changed some) are left
+-- out: the readers work them out from the request (pending_index_keys). An approval's
+-- arguments digest is written only once a voter's edit replaces them (decide_by_vote):
+-- until then the arguments up for approval are the request's, whatever digest a decision
+-- was read with.
 local indexes = cjson.decode(ARGV[6])
-local body = {request = ARGV[3], indexes = stored_indexes(indexes), args_digest = ARGV[14]}
-if (ARGV[13] or '') ~= '' then redis.call('HSET', hkey, 'quorum', ARGV[13]) end
-if idem ~= '' then redis.call('HSET', P .. 'idem', idem, id) end
+local body = {request = ARGV[3]}
+local listed = stored_indexes(indexes)
+if listed ~= stored_indexes(request_index_keys(ARGV[3])) then body.indexes = listed end
+if (ARGV[12] or '') ~= '' then redis.call('HSET', hkey, 'quorum', ARGV[12]) end
+if idem ~= '' then redis.call('HSET', lookup_key('idemkeys', idem), idem, id) end
 for _, key in ipairs(indexes) do redis.call('ZADD', key, 0, id) end
-if expires_at > 0 then redis.call('ZADD', P .. 'deadlines', expires_at, id) end
+if expires_at > 0 then redis.call('ZADD', deadline_key(id), expires_at, id) end
 redis.call('ZADD', P .. 'outbox', now, 'deliver:' .. id)
 wake()
 if t.remind_after_ms > 0 and t.max_reminders > 0 then
@@ -737,7 +848,9 @@ end
 if t.escalate_after_ms > 0 and t.escalate_to ~= '' then
   queue_task(hkey, id, 'escalate', now + t.escalate_after_ms)
 end
-audit(id, 'created', ARGV[10], now, {run_id = ARGV[11], request_type = ARGV[8]}, body)
+-- The event's detail (the run and the request type) is the request's: readers put it back
+-- (created_detail), so a waiting handoff does not keep it twice.
+audit(id, 'created', ARGV[10], now, nil, body)
 redis.call('HINCRBY', P .. 'metrics', 'created:' .. ARGV[8], 1)
 return {1, id, now, expires_at}
 """
@@ -861,7 +974,7 @@ if state == 'running' and k ~= 'resume' then
   if from == 0 then from = now end
   local to = math.max(math.min(tonumber(f[4] or now), now), from)
   from, to = from * 1000, to * 1000
-  local route = redis.call('HGET', hkey, k .. '_route') or '?'
+  local route = attempt_route(hkey, k)
   local was = unanswered_of(hkey, k)
   local found = {}
   if was and was.route ~= route then
@@ -878,7 +991,12 @@ if k == 'deliver' then
   local r = redis.call('HMGET', hkey, 'channel_override', 'route')
   local route = r[1] or r[2] or '?'
   if r[1] == '' then route = r[2] or '?' end
-  redis.call('HSET', hkey, 'deliver_route', route)
+  -- Kept only when it is not the request's own (attempt_route reads that for none).
+  if route == r[2] then
+    redis.call('HDEL', hkey, 'deliver_route')
+  else
+    redis.call('HSET', hkey, 'deliver_route', route)
+  end
 end
 local attempt = tonumber(f[2] or 0) + 1
 if attempt > tonumber(f[3] or 0) then
@@ -1044,23 +1162,31 @@ return out
 """
 )
 
-# KEYS[1] deadlines.  ARGV: prefix, most to expire, retention ms, operation id.
+# KEYS[1] the deadlines set kept before the buckets.  ARGV: prefix, most to expire, retention
+# ms, operation id.
+# Reads every bucket (deadline_key) and the set before them, up to the most to expire.
 EXPIRE_DUE = (
     PRELUDE
     + """
 local saved = replayed(ARGV[4])
 if saved then return saved end
 local now = now_ms()
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
+local most = tonumber(ARGV[2])
 local expired = {}
-for _, id in ipairs(due) do
-  -- Only the caller whose ZREM removed the deadline may expire the handoff.
-  if redis.call('ZREM', KEYS[1], id) == 1 then
-    local hkey = P .. 'h:' .. id
-    local f = read_fields(hkey, CLOSE_FIELDS)
-    if f.status == 'pending' then
-      expire_pending(id, hkey, f, now, tonumber(ARGV[3]))
-      table.insert(expired, id)
+local sets = {KEYS[1]}
+for n = 0, DEADLINE_BUCKETS - 1 do sets[#sets + 1] = P .. 'deadlines:' .. n end
+for _, set in ipairs(sets) do
+  if #expired >= most then break end
+  local due = redis.call('ZRANGEBYSCORE', set, '-inf', now, 'LIMIT', 0, most - #expired)
+  for _, id in ipairs(due) do
+    -- Only the caller whose ZREM removed the deadline may expire the handoff.
+    if redis.call('ZREM', set, id) == 1 then
+      local hkey = P .. 'h:' .. id
+      local f = read_fields(hkey, CLOSE_FIELDS)
+      if f.status == 'pending' then
+        expire_pending(id, hkey, f, now, tonumber(ARGV[3]))
+        table.insert(expired, id)
+      end
     end
   end
 end
@@ -1116,8 +1242,7 @@ for _, id in ipairs(due) do
     end
     local idem = f[2]
     if idem and idem ~= '' then
-      if redis.call('HGET', P .. 'idem', idem) == id then
-        redis.call('HDEL', P .. 'idem', idem)
+      if unlink('idemkeys', 'idem', idem, id) then
         -- The HTTP API's record of the body first sent with the key goes with the key.
         redis.call('DEL', P .. 'idembody:' .. idem)
       end
@@ -1139,9 +1264,10 @@ for _, id in ipairs(due) do
         end
       end
     end
-    -- In the namespace's hash of links; one linked before it, under a key of its own.
+    -- In its bucket (or the namespace's one hash, before the buckets); one linked before
+    -- that, under a key of its own.
     for _, link in ipairs(links) do
-      if redis.call('HGET', P .. 'msgs', link) == id then redis.call('HDEL', P .. 'msgs', link) end
+      unlink('msglinks', 'msgs', link, id)
       local old = P .. 'msg:' .. link
       if redis.call('GET', old) == id then redis.call('DEL', old) end
     end
@@ -1205,7 +1331,7 @@ if h[1] ~= 'pending' then return {'already', h[1], h[2] or '', h[3] or ''} end
 -- would leave it indexed where it does not show (the caller reads it again and retries).
 if (ARGV[8] or '') ~= '' and (h[4] or '0') ~= ARGV[8] then return {'changed'} end
 local now = now_ms()
-for _, key in ipairs(index_keys(body_get(hkey, 'indexes'))) do
+for _, key in ipairs(pending_index_keys(hkey, redis.call('HGET', hkey, 'indexes'))) do
   redis.call('ZREM', key, id)
 end
 local indexes = cjson.decode(ARGV[6])
@@ -1241,7 +1367,8 @@ for n = 2, #ARGV - 1, 2 do
     if not lines then
       lines = {}
       -- KEYS[2 * owner] is the body of the handoff whose hash body_fields is given.
-      local trail = body_fields(P .. 'h:' .. string.sub(KEYS[2 * owner], #P + 4)).trail
+      local fields = body_fields(P .. 'h:' .. string.sub(KEYS[2 * owner], #P + 4))
+      local trail = fields.trail
       if trail then
         local from = 1
         while from <= #trail + 1 do
@@ -1249,6 +1376,7 @@ for n = 2, #ARGV - 1, 2 do
           lines[#lines + 1] = string.sub(trail, from, upto - 1)
           from = upto + 1
         end
+        lines[1] = with_created_detail(lines[1], fields.request)
       end
       lines_of[owner] = lines
     end

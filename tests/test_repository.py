@@ -623,7 +623,7 @@ def test_pending_indexes_list_a_new_handoff_and_drop_it_when_decided(
     for index in indexes:
         assert redis.zrange(index, 0, -1) == [handoff.id.encode()], index
         assert [h.id for h in store.list_pending(index).items] == [handoff.id], index
-    assert redis.zscore(keys.deadlines, handoff.id) is not None
+    assert redis.zscore(keys.deadline_bucket(handoff.id), handoff.id) is not None
     assert store.count_pending(keys.pending_by_type("question")) == 0
     # No index of every pending handoff: its type's index is where "all" finds it.
     assert not redis.exists(keys.pending)
@@ -634,7 +634,7 @@ def test_pending_indexes_list_a_new_handoff_and_drop_it_when_decided(
     for index in indexes:
         assert redis.zcard(index) == 0, index
         assert store.list_pending(index).items == []
-    assert redis.zscore(keys.deadlines, handoff.id) is None
+    assert redis.zscore(keys.deadline_bucket(handoff.id), handoff.id) is None
 
 
 def test_cursor_pagination_returns_every_pending_handoff_once_oldest_first(
@@ -1295,9 +1295,14 @@ def _run_like_a_job(
 
 
 def _link_keys(redis: Redis, store: HandoffStore) -> dict[str, str]:
-    """Every message link of the namespace (``<channel>:<ts>`` -> handoff id): in its hash,
-    and under keys of their own as links were kept before it."""
-    links = {k.decode(): v.decode() for k, v in redis.hgetall(store.keys.message_links).items()}
+    """Every message link of the namespace (``<channel>:<ts>`` -> handoff id): in their
+    buckets, in the one hash they were kept in before, and under keys of their own as links
+    were kept before that."""
+    links = {
+        k.decode(): v.decode() for k, v in redis.hgetall(store.keys.message_links_before).items()
+    }
+    for bucket in redis.scan_iter(match=store.keys.prefix + "msglinks:*"):
+        links.update({k.decode(): v.decode() for k, v in redis.hgetall(bucket).items()})
     for key in redis.scan_iter(match=store.keys.prefix + "msg:*"):
         links[key.decode().removeprefix(store.keys.prefix + "msg:")] = redis.get(key).decode()
     return links

@@ -15,7 +15,7 @@ from redis import Redis
 from store.canonical import action_digest
 from store.exceptions import ArgumentsChanged, HandoffNotFound
 from store.ids import new_handoff_id
-from store.keys import body_fields, body_string, stored_index_keys, trail_lines
+from store.keys import body_fields, body_string, trail_lines
 from store.models import HandoffRequest, Status, TaskKind, TaskState
 from store.repository import HandoffStore, StoreConfig, TaskPolicy
 from tests.conftest import WorkerProcesses, wait_until
@@ -231,19 +231,25 @@ def test_a_posted_handoff_keeps_a_listpack_hash_its_body_and_one_shared_policy(
         assert redis.hget(hkey, "policy").startswith(b"@")  # type: ignore[union-attr]
         assert redis.type(store.keys.handoff_body(handoff_id)) == b"string"
         body = body_fields(redis.get(store.keys.handoff_body(handoff_id)))
-        assert set(body) == {"request", "indexes", "args_digest", "trail"}
+        # No index list (the request names them all) and no arguments digest (nobody edited
+        # the arguments): only the request and the trail.
+        assert set(body) == {"request", "trail"}
         # The trail is the body's: no list of its own.
         assert not redis.exists(store.keys.audit(handoff_id))
-        assert body["args_digest"].startswith(b"sha256:")
-        # Index keys without the prefix they share; read back whole. No index of all.
         run_id = f"run-new-{ids.index(handoff_id)}"
-        assert json.loads(body["indexes"])[:2] == [f":run:{run_id}", ":type:approval"]
-        assert stored_index_keys(store.keys, body["indexes"])[:2] == [
-            store.keys.pending_by_run(run_id),
-            store.keys.pending_by_type("approval"),
-        ]
+        assert redis.zscore(store.keys.pending_by_run(run_id), handoff_id) == 0
         stored = json.loads(body["request"])
-        assert stored["run_id"] == store.get(handoff_id).run_id
+        handoff = store.get(handoff_id)
+        assert stored["run_id"] == handoff.run_id
+        # What the hash holds (the idempotency key) and an empty metadata are left out; the
+        # handoff read back has them.
+        assert "idempotency_key" not in stored and "metadata" not in stored
+        assert handoff.idempotency_key == f"{run_id}-refund" and handoff.metadata == {}
+        # The 'created' event keeps no detail (the request's run and type): read back, it
+        # has it.
+        assert json.loads(trail_lines_as_stored(redis.get(store.keys.handoff_body(handoff_id)))[0])[
+            2:
+        ] == ["created"]
         # The trail, an event a line as [at, actor, event, detail], leaves the id out;
         # reading it puts it back.
         lines = trail_lines(redis.get(store.keys.handoff_body(handoff_id)))
@@ -259,14 +265,19 @@ def test_a_posted_handoff_keeps_a_listpack_hash_its_body_and_one_shared_policy(
             (handoff_id, "delivered", "worker"),
         ]
         assert trail[1].detail == {"attempt": 1}
+        assert trail[0].detail == {"run_id": run_id, "request_type": "approval"}
+        exported = [e.event for e in store.global_audit() if e.handoff_id == handoff_id]
+        assert exported[0] == "created"
+        created = next(e for e in store.global_audit() if e.handoff_id == handoff_id)
+        assert created.detail == {"run_id": run_id, "request_type": "approval"}
     # Idempotency keys and message links are fields of one hash each, not keys of their own.
-    assert redis.hgetall(store.keys.idempotency_ids) == {
-        f"run-new-{n}-refund".encode(): handoff_id.encode() for n, handoff_id in enumerate(ids)
-    }
-    assert redis.hgetall(store.keys.message_links) == {
-        f"{CHANNEL}:1760000000.00020{n}".encode(): handoff_id.encode()
-        for n, handoff_id in enumerate(ids)
-    }
+    for n, handoff_id in enumerate(ids):
+        key, link = f"run-new-{n}-refund", f"{CHANNEL}:1760000000.00020{n}"
+        assert redis.hget(store.keys.idempotency_ids(key), key) == handoff_id.encode()
+        assert redis.hget(store.keys.message_links(link), link) == handoff_id.encode()
+        assert store.created_under(key) == handoff_id
+        assert store.handoff_for_message(CHANNEL, f"1760000000.00020{n}") == handoff_id
+    assert not redis.exists(store.keys.idempotency_ids_before, store.keys.message_links_before)
     assert not list(redis.scan_iter(match=store.keys.prefix + "idem:*"))
     assert not list(redis.scan_iter(match=store.keys.prefix + "msg:*"))
     # One policy for both, stored once, as the scripts read it.
@@ -340,7 +351,8 @@ def test_a_trail_kept_as_a_list_before_keeps_growing_there_and_reads_alike(
     # The same handoff as the previous release wrote it: the events a list, the body without.
     fields = body_fields(redis.get(body_key))
     for line in fields.pop("trail").split(b"\n"):
-        at, actor, event, detail = json.loads(line)
+        at, actor, event, *rest = json.loads(line)
+        detail = rest[0] if rest else {"run_id": "run-list-1", "request_type": "approval"}
         entry = {"event": event, "actor": actor, "at": at, "detail": detail}
         redis.rpush(store.keys.audit(handoff_id), json.dumps(entry))
     redis.set(body_key, body_string(fields))
@@ -404,3 +416,9 @@ def test_a_key_ending_in_body_is_not_taken_for_the_api_record_of_another_key(
     assert store.created_under("agent/K:body") == made.handoff.id
     again = store.create(request, handoff_id=new_handoff_id())
     assert not again.created and again.handoff.id == made.handoff.id
+
+
+def trail_lines_as_stored(body: bytes | None) -> list[bytes]:
+    """The trail's lines as the body holds them (``trail_lines`` puts details back)."""
+    trail = body_fields(body).get("trail")
+    return trail.split(b"\n") if trail else []

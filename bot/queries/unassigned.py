@@ -24,7 +24,7 @@ from typing import Any
 
 from bot.keys import BotKeys
 from store.decoding import as_text
-from store.keys import body_fields, stored_index_keys
+from store.keys import KeySpace, body_fields, stored_index_keys
 from store.repository import HandoffStore
 
 WALK_BUDGET = 10_000
@@ -143,21 +143,13 @@ class UnassignedIndex:
                 pipe.get(self.store.keys.handoff_body(handoff_id))
             replies = pipe.execute()
             states = [
-                (status, in_hash if in_hash is not None else body_fields(body).get("indexes"))
+                (status, _names_reviewers(self.store.keys, in_hash, body))
                 for (status, in_hash), body in zip(replies[::2], replies[1::2], strict=True)
             ]
-        reviewer_index = self.store.keys.pending_by_reviewer("")
         add: list[str] = []
         drop: list[str] = []
-        for handoff_id, (status, indexes) in zip(ids, states, strict=True):
-            unassigned = (
-                status == b"pending"
-                and indexes is not None
-                and not any(
-                    key.startswith(reviewer_index)
-                    for key in stored_index_keys(self.store.keys, indexes)
-                )
-            )
+        for handoff_id, (status, names_reviewers) in zip(ids, states, strict=True):
+            unassigned = status == b"pending" and names_reviewers is False
             (add if unassigned else drop).append(handoff_id)
         pipe = self.store.redis.pipeline(transaction=False)
         if add:
@@ -169,3 +161,19 @@ class UnassignedIndex:
         if read is not None:
             pipe.set(self.keys.unassigned_read, read, ex=self._read_ttl)
         pipe.execute()
+
+
+def _names_reviewers(keys: KeySpace, in_hash: bytes | None, body: bytes | None) -> bool | None:
+    """Whether a handoff is in a reviewer index, from its stored index list (in its hash,
+    written before the body, or its body), else from its request's reviewers, which is where
+    the store's scripts find the index keys of a handoff that lists none (``CREATE``); None
+    for a handoff with neither (gone)."""
+    fields = body_fields(body)
+    indexes = in_hash if in_hash is not None else fields.get("indexes")
+    if indexes is not None:
+        reviewer_index = keys.pending_by_reviewer("")
+        return any(key.startswith(reviewer_index) for key in stored_index_keys(keys, indexes))
+    request = fields.get("request")
+    if request is None:
+        return None
+    return bool(json.loads(request).get("reviewers"))

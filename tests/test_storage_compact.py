@@ -1,0 +1,326 @@
+"""The compact layout of 0.3 (``store.keys``): a body that leaves out what the request or the
+hash already says (its index keys, an unedited approval's digest, the 'created' event's
+detail, the idempotency key, an empty metadata), a policy named by 16 hex digits,
+idempotency keys, message links and deadlines in small bucket sets; and handoffs the
+previous release (0.2) wrote, which still read, decide, expire, resume and purge alike."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from typing import Any
+
+import pytest
+from redis import Redis
+
+from store import defaults
+from store.canonical import action_digest
+from store.exceptions import ArgumentsChanged, HandoffNotFound
+from store.ids import new_handoff_id
+from store.keys import KeySpace, body_fields, body_string, bucket_of
+from store.models import HandoffRequest, Status, TaskKind, TaskState
+from store.repository import HandoffStore, StoreConfig, TaskPolicy
+from tests.conftest import WorkerProcesses, wait_until
+from tests.support import resume_targets
+from worker.client import Handoffs
+
+RESUME_TARGET = "tests.support.resume_targets:record"
+REVIEWER = "U0PREVSHAPE"
+CHANNEL = "C0PREVSHAPE"
+TS = "1760000000.000300"
+
+
+def _request(run_id: str, **changes: Any) -> HandoffRequest:
+    fields: dict[str, Any] = {
+        "run_id": run_id,
+        "thread_id": f"{run_id}-thread",
+        "request_type": "approval",
+        "context": "Charged twice for order A-7",
+        "payload": {
+            "kind": "approval",
+            "action": {"name": "issue_refund", "args": {"order_id": "A-7", "amount": 30}},
+        },
+        "channel": CHANNEL,
+        "reviewers": [REVIEWER],
+        "resume_target": RESUME_TARGET,
+        "idempotency_key": f"{run_id}-refund",
+        "expires_in_seconds": 3600,
+    }
+    fields.update(changes)
+    return HandoffRequest.model_validate(fields)
+
+
+def write_previous_shape(
+    redis: Redis,
+    store: HandoffStore,
+    tasks: TaskPolicy,
+    run_id: str,
+    *,
+    expires_ms: int = 3_600_000,
+) -> str:
+    """A pending approval, posted to Slack, as 0.2 wrote it, command for command: the body
+    holding the digest, the index list, the whole request (its idempotency key, an empty
+    metadata) and the trail (the 'created' event with its detail); the policy named by its
+    whole SHA-1; the delivery's route kept; the idempotency key, the message link and the
+    deadline in one hash or set each for the namespace; the stream pointing at the trail."""
+    keys, handoff_id = store.keys, new_handoff_id()
+    request = _request(run_id)
+    now = int(time.time() * 1000)
+    policy = tasks.for_request(request).as_script_arg()
+    sha1 = hashlib.sha1(policy.encode()).hexdigest()
+    redis.hset(keys.policies, sha1, policy)
+    indexes = [
+        keys.pending_by_run(run_id),
+        keys.pending_by_type("approval"),
+        keys.pending_by_channel(CHANNEL),
+        keys.pending_by_reviewer(REVIEWER),
+    ]
+    redis.hset(
+        keys.handoff(handoff_id),
+        mapping={
+            "status": "pending",
+            "request_type": "approval",
+            "created_at": now,
+            "expires_at": now + expires_ms,
+            "idem_key": f"{run_id}-refund",
+            "version": 3,
+            "has_resume": 1,
+            "policy": "@" + sha1,
+            "deliver_state": "completed",
+            "deliver_limit": tasks.delivery_max_attempts,
+            "route": CHANNEL,
+            "deliver_route": CHANNEL,
+            "deliver_attempt": 1,
+            "deliver_started": now + 5,
+            "deliver_done_at": now + 9,
+            "message_refs": json.dumps({"channel": CHANNEL, "ts": TS}, separators=(",", ":")),
+        },
+    )
+    trail = [
+        [now, "agent", "created", {"run_id": run_id, "request_type": "approval"}],
+        [now + 5, "worker", "delivery_started", {"attempt": 1}],
+        [now + 9, "worker", "delivered", {"attempt": 1}],
+    ]
+    body = {
+        "args_digest": action_digest("issue_refund", {"order_id": "A-7", "amount": 30}).encode(),
+        "indexes": json.dumps([k.removeprefix(keys.pending) for k in indexes]).encode(),
+        "request": request.model_dump_json(exclude_none=True).encode(),
+        "trail": b"\n".join(json.dumps(line, separators=(",", ":")).encode() for line in trail),
+    }
+    assert b'"metadata":{}' in body["request"] and b"idempotency_key" in body["request"]
+    redis.set(keys.handoff_body(handoff_id), body_string(body))
+    for i in range(len(trail)):
+        redis.xadd(keys.global_audit, {"p": handoff_id, "i": i})
+    redis.hset(keys.idempotency_ids_before, f"{run_id}-refund", handoff_id)
+    for key in indexes:
+        redis.zadd(key, {handoff_id: 0})
+    redis.zadd(keys.deadlines, {handoff_id: now + expires_ms})
+    redis.hset(keys.message_links_before, f"{CHANNEL}:{TS}", handoff_id)
+    return handoff_id
+
+
+def _indexed(redis: Redis, key: str, handoff_id: str) -> bool:
+    return redis.zscore(key, handoff_id) is not None
+
+
+def _index_keys(keys: KeySpace, run_id: str) -> list[str]:
+    return [
+        keys.pending_by_run(run_id),
+        keys.pending_by_type("approval"),
+        keys.pending_by_channel(CHANNEL),
+        keys.pending_by_reviewer(REVIEWER),
+    ]
+
+
+def test_a_previous_shape_handoff_reads_and_is_decided_and_resumed_once(
+    redis: Redis, handoffs: Handoffs, fast_tasks: TaskPolicy, workers: WorkerProcesses
+) -> None:
+    store = handoffs.store
+    handoff_id = write_previous_shape(redis, store, fast_tasks, "run-prev-1")
+
+    handoff = store.get(handoff_id)
+    assert handoff.status is Status.PENDING and handoff.run_id == "run-prev-1"
+    assert handoff.idempotency_key == "run-prev-1-refund" and handoff.metadata == {}
+    assert handoff.delivery.state is TaskState.COMPLETED
+    assert handoff.delivery.max_attempts == fast_tasks.delivery_max_attempts
+    assert handoff.message_refs == {"channel": CHANNEL, "ts": TS}
+    trail = store.audit_trail(handoff_id)
+    assert [e.event for e in trail] == ["created", "delivery_started", "delivered"]
+    assert trail[0].detail == {"run_id": "run-prev-1", "request_type": "approval"}
+    assert store.global_audit() == trail
+    assert store.handoff_for_message(CHANNEL, TS) == handoff_id
+    assert store.created_under("run-prev-1-refund") == handoff_id
+    assert [h.id for h in store.list_pending().items] == [handoff_id]
+    # Its idempotency key, in the namespace's one hash, still finds it.
+    again = store.create(_request("run-prev-1"), handoff_id=new_handoff_id())
+    assert (again.created, again.handoff.id) == (False, handoff_id)
+
+    workers.start()
+    decided = handoffs.decide(handoff_id, "approved", by=REVIEWER)
+
+    assert decided.status is Status.APPROVED
+    for key in _index_keys(store.keys, "run-prev-1"):
+        assert not _indexed(redis, key, handoff_id), key
+    assert not _indexed(redis, store.keys.deadlines, handoff_id)
+    wait_until(lambda: store.get(handoff_id).resume.state is TaskState.COMPLETED)
+    [resumed] = resume_targets.recorded(redis)
+    assert (resumed["handoff_id"], resumed["status"]) == (handoff_id, "approved")
+
+
+def test_a_previous_shape_approval_keeps_its_digest_check(
+    redis: Redis, fast_tasks: TaskPolicy
+) -> None:
+    store = HandoffStore(redis, StoreConfig(tasks=fast_tasks))
+    handoff_id = write_previous_shape(redis, store, fast_tasks, "run-prev-2")
+    body_key = store.keys.handoff_body(handoff_id)
+    fields = body_fields(redis.get(body_key))
+    fields["args_digest"] = action_digest(
+        "issue_refund", {"order_id": "A-7", "amount": 3000}
+    ).encode()
+    redis.set(body_key, body_string(fields))
+
+    read = action_digest("issue_refund", {"order_id": "A-7", "amount": 30})
+    with pytest.raises(ArgumentsChanged):
+        store.decide(handoff_id, Status.APPROVED, decided_by=REVIEWER, seen_digest=read)
+    assert store.get(handoff_id).is_pending
+
+
+def test_a_previous_shape_handoff_expires_from_the_old_deadlines_set_and_is_purged(
+    redis: Redis, fast_tasks: TaskPolicy
+) -> None:
+    store = HandoffStore(redis, StoreConfig(tasks=fast_tasks, retention_seconds=0))
+    handoff_id = write_previous_shape(redis, store, fast_tasks, "run-prev-3", expires_ms=1)
+    time.sleep(0.01)
+
+    assert store.expire_due() == [handoff_id]
+
+    assert store.get(handoff_id).status is Status.EXPIRED
+    assert not _indexed(redis, store.keys.deadlines, handoff_id)
+    for key in _index_keys(store.keys, "run-prev-3"):
+        assert not _indexed(redis, key, handoff_id), key
+    # Its run is resumed (with the expiry), then the retention sweep takes it.
+    start = store.begin_task(handoff_id, TaskKind.RESUME, run_token="t-prev-3")
+    store.finish_task(handoff_id, TaskKind.RESUME, attempt=start.attempt)
+    time.sleep(0.01)
+    assert store.purge_decided() == 1
+    with pytest.raises(HandoffNotFound):
+        store.get(handoff_id)
+    # Its idempotency key and its message link went with it, from the hashes they were in.
+    assert redis.hget(store.keys.idempotency_ids_before, "run-prev-3-refund") is None
+    assert redis.hget(store.keys.message_links_before, f"{CHANNEL}:{TS}") is None
+    assert store.created_under("run-prev-3-refund") is None
+    assert store.handoff_for_message(CHANNEL, TS) is None
+
+
+def test_a_previous_shape_handoff_is_reassigned_then_cancelled(
+    redis: Redis, fast_tasks: TaskPolicy
+) -> None:
+    store = HandoffStore(redis, StoreConfig(tasks=fast_tasks))
+    handoff_id = write_previous_shape(redis, store, fast_tasks, "run-prev-4")
+
+    moved = store.reassign(handoff_id, by="U0ADMIN", channel="C0MOVEDHERE")
+
+    assert moved.channel == "C0MOVEDHERE"
+    assert _indexed(redis, store.keys.pending_by_channel("C0MOVEDHERE"), handoff_id)
+    assert not _indexed(redis, store.keys.pending_by_channel(CHANNEL), handoff_id)
+    store.cancel(handoff_id, cancelled_by="U0ADMIN", resume=False)
+    assert not _indexed(redis, store.keys.pending_by_channel("C0MOVEDHERE"), handoff_id)
+    assert not _indexed(redis, store.keys.pending_by_run("run-prev-4"), handoff_id)
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {},
+        {"channel": None},
+        {"reviewers": ["U0B", "U0A", "U0B", "S0GROUP"]},
+        {"reviewers": []},
+        {"api_key": "ci-bot"},
+        {"run_id": 'run \u00e9t\u00e9 / "quoted" \\ back'},
+        {"metadata": {"trace": "t-1"}},
+    ],
+)
+def test_the_index_keys_a_request_names_are_worked_out_alike_by_store_and_scripts(
+    redis: Redis, fast_tasks: TaskPolicy, changes: dict[str, Any]
+) -> None:
+    """CREATE leaves a request's index keys out of the body, and the scripts work them out
+    from the request again (``request_index_keys``): they must be the keys the store
+    indexed it under (``HandoffStore._pending_indexes``), or a decision would leave it
+    listed as pending forever."""
+    store = HandoffStore(redis, StoreConfig(tasks=fast_tasks))
+    request = _request(changes.pop("run_id", "run-derive"), **changes)
+    handoff_id = store.create(request, handoff_id=new_handoff_id()).handoff.id
+    expected = store._pending_indexes(request)
+
+    body = body_fields(redis.get(store.keys.handoff_body(handoff_id)))
+    assert set(body) == {"request", "trail"}
+    for key in expected:
+        assert _indexed(redis, key, handoff_id), key
+    read = store.get(handoff_id)
+    assert read.metadata == request.metadata and read.reviewers == request.reviewers
+    assert read.idempotency_key == request.idempotency_key
+
+    store.decide(handoff_id, Status.REJECTED, decided_by="U0A")
+
+    indexed = [
+        key.decode()
+        for key in redis.scan_iter(match=store.keys.pending + "*")
+        if _indexed(redis, key.decode(), handoff_id)
+    ]
+    assert indexed == []
+
+
+def test_buckets_are_worked_out_alike_by_store_and_scripts(
+    redis: Redis, fast_tasks: TaskPolicy
+) -> None:
+    """Idempotency keys and deadlines are written by the scripts and read (or checked) by
+    the store: both must pick the same bucket, whatever the bytes of the name."""
+    store = HandoffStore(redis, StoreConfig(tasks=fast_tasks))
+    for n, key in enumerate(["plain", "caf\u00e9-\u2603", "with:colons:and spaces", "x" * 200]):
+        made = store.create(
+            _request(f"run-bucket-{n}", idempotency_key=key), handoff_id=new_handoff_id()
+        ).handoff
+        assert store.created_under(key) == made.id
+        bucket = store.keys.idempotency_ids(key)
+        assert bucket.endswith(f":{bucket_of(key, defaults.LOOKUP_BUCKETS)}")
+        assert redis.hget(bucket, key) == made.id.encode()
+        assert _indexed(redis, store.keys.deadline_bucket(made.id), made.id)
+    assert not redis.exists(store.keys.deadlines, store.keys.idempotency_ids_before)
+
+
+def test_a_policy_whose_short_name_is_taken_by_another_gets_its_whole_digest(
+    redis: Redis, fast_tasks: TaskPolicy
+) -> None:
+    store = HandoffStore(redis, StoreConfig(tasks=fast_tasks))
+    policy = fast_tasks.for_request(_request("run-policy")).as_script_arg()
+    sha1 = hashlib.sha1(policy.encode()).hexdigest()
+    # Another policy's JSON already under this one's 16-digit name (a collision).
+    redis.hset(store.keys.policies, sha1[:16], '{"deliver_max": 99}')
+
+    handoff_id = store.create(_request("run-policy"), handoff_id=new_handoff_id()).handoff.id
+
+    assert redis.hget(store.keys.handoff(handoff_id), "policy") == f"@{sha1}".encode()
+    (stored,) = store.stored_fields(handoff_id, "policy")
+    assert json.loads(stored or b"{}")["deliver_max"] == fast_tasks.delivery_max_attempts
+    other = store.create(_request("run-policy-2"), handoff_id=new_handoff_id()).handoff.id
+    assert redis.hget(store.keys.handoff(other), "policy") == f"@{sha1}".encode()
+
+
+def test_a_posted_handoff_keeps_no_route_or_policy_name_longer_than_needed(
+    redis: Redis, fast_tasks: TaskPolicy
+) -> None:
+    store = HandoffStore(redis, StoreConfig(tasks=fast_tasks))
+    handoff_id = store.create(_request("run-short"), handoff_id=new_handoff_id()).handoff.id
+    start = store.begin_task(handoff_id, TaskKind.DELIVER, run_token="t-short")
+    hkey = store.keys.handoff(handoff_id)
+    # The attempt posts where the request says: nothing kept besides the request's route.
+    assert redis.hget(hkey, "deliver_route") is None
+    assert redis.hget(hkey, "route") == CHANNEL.encode()
+    assert len(redis.hget(hkey, "policy") or b"") == 17  # '@' and 16 hex digits
+    store.finish_task(handoff_id, TaskKind.DELIVER, attempt=start.attempt, message_refs={})
+
+    # Moved elsewhere, the next attempt's route is kept.
+    store.reassign(handoff_id, by="U0ADMIN", channel="C0ELSEWHERE")
+    store.begin_task(handoff_id, TaskKind.DELIVER, run_token="t-short-2")
+    assert redis.hget(hkey, "deliver_route") == b"C0ELSEWHERE"
