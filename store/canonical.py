@@ -53,3 +53,12 @@ def action_digest(name: str, args: dict[str, Any]) -> str:
     """``sha256:<hex>`` of the canonical JSON of ``{"name": name, "args": args}``."""
     canonical = canonical_json({"name": name, "args": args})
     return "sha256:" + hashlib.sha256(canonical).hexdigest()
+
+
+def stored_digest(digest: str) -> str:
+    """An action digest as a handoff's body keeps it from its creation: the first 128 bits
+    (32 hex digits) without the ``sha256:`` prefix, 39 bytes less of every waiting approval.
+    It guards the stored arguments against a change before the decision, for which 128 bits
+    are as far out of reach as 256 (a second preimage); the scripts compare a whole digest
+    with it (``digest_matches`` in ``store.scripts``)."""
+    return digest.removeprefix("sha256:")[:32]

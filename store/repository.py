@@ -21,7 +21,7 @@ from redis.client import Pipeline
 from redis.exceptions import RedisError
 
 from store import answer_schemas, defaults, scripts, slack_ids
-from store.canonical import action_digest
+from store.canonical import action_digest, stored_digest
 from store.decoding import as_text, json_value_problem, well_formed
 from store.exceptions import (
     AlreadyDecided,
@@ -335,6 +335,7 @@ class HandoffStore:
             request.channel or "",
             # A rule's decision is the only one: nobody votes on it.
             "" if routing is not None and routing.auto else _quorum_of(request),
+            stored_digest(digest) if (digest := _digest_of(request)) else "",
         ]
         if routing is None:
             result = self._scripts["CREATE"](keys=[self.keys.handoff(handoff_id)], args=create_args)
@@ -1060,6 +1061,10 @@ class HandoffStore:
         if raw_request is None:
             raise HandoffNotFound(handoff_id)  # purged since the read above
         stored = json.loads(raw_request)
+        if "expires_in_seconds" not in stored and old.expires_at is not None:
+            # Left out of the stored request when its hash says it (``_stored_request_json``).
+            lasted = old.expires_at - old.created_at
+            stored["expires_in_seconds"] = round(lasted.total_seconds() * 1000) / 1000
         stored.update(
             channel=channel or old.channel,  # a reassignment's channel, if it had one
             reviewers=old.reviewers,
@@ -1483,11 +1488,18 @@ def _unanswered_verdict(unanswered: PostWindow | Literal["unchanged"] | None) ->
 
 def _stored_request_json(request: HandoffRequest) -> str:
     """The request as a handoff's body keeps it: unset fields left out (reading it back gives
-    them their defaults), and what the hash holds already, which the handoff's document puts
-    back (``handoff_document`` in ``store.scripts``): the idempotency key (the hash's
-    ``idem_key``). An empty ``metadata`` is left out too (its default). Each is tens of bytes
+    them their defaults), and what the hash holds already: the idempotency key (the hash's
+    ``idem_key``, which the handoff's document puts back: ``handoff_document`` in
+    ``store.scripts``) and an expiry of whole milliseconds (the hash's ``expires_at`` less its
+    ``created_at``). An empty ``metadata`` is left out too (its default). Each is tens of bytes
     of every waiting handoff (``bench/memory.py``)."""
-    left_out = {"idempotency_key"} if request.metadata else {"idempotency_key", "metadata"}
+    left_out = {"idempotency_key"}
+    if not request.metadata:
+        left_out.add("metadata")
+    seconds = request.expires_in_seconds
+    if seconds is not None and _whole_ms(seconds) / 1000 == seconds:
+        # The hash's expiry less its creation time says it (``redeliver`` reads it so).
+        left_out.add("expires_in_seconds")
     return request.model_dump_json(exclude_none=True, exclude=left_out)
 
 

@@ -291,6 +291,17 @@ local function audit(id, event, actor, at, detail, new_body)
   end
 end
 
+-- Whether the digest an approval was read with (``sha256:<hex>``) is the one stored: whole
+-- (a voter's edit, a handoff written before 0.3), or, as CREATE stores it, its first 128
+-- bits without the prefix (store.canonical.stored_digest).
+local DIGEST_PREFIX = 'sha256:'
+local function digest_matches(stored, seen)
+  if string.sub(stored, 1, #DIGEST_PREFIX) == DIGEST_PREFIX then return stored == seen end
+  return string.sub(seen, 1, #DIGEST_PREFIX) == DIGEST_PREFIX
+      and string.sub(seen, #DIGEST_PREFIX + 1, #DIGEST_PREFIX + #stored) == stored
+      and #stored == 32
+end
+
 -- The 'created' event is stored without its detail, the request's run and type (see
 -- CREATE): put back here, as store.keys.trail_lines does, for the lines that leave Redis.
 local CREATED_END = '"created"]'
@@ -783,7 +794,8 @@ end
 # ARGV: prefix, id, request json (as the body keeps it), idempotency key or '', expires in ms
 #       or 0, index keys json, has resume (1/0), request type, task settings json, actor,
 #       route (the request's channel, '' for the default one), quorum json ('' for none: one
-#       decision decides).
+#       decision decides), an approval's action digest as the body keeps it ('' for other
+#       requests; store.canonical.stored_digest).
 CREATE = (
     PRELUDE
     + """
@@ -829,11 +841,10 @@ POLICIES[hkey] = t
 -- The long fields go to the body (see body_key), written with the 'created' event below.
 -- Index keys the request names (all of them, unless a routing rule changed some) are left
 -- out: the readers work them out from the request (pending_index_keys). An approval's
--- arguments digest is written only once a voter's edit replaces them (decide_by_vote):
--- until then the arguments up for approval are the request's, whatever digest a decision
--- was read with.
+-- arguments digest is the first 128 bits of it (digest_matches).
 local indexes = cjson.decode(ARGV[6])
 local body = {request = ARGV[3]}
+if (ARGV[13] or '') ~= '' then body.args_digest = ARGV[13] end
 local listed = stored_indexes(indexes)
 if listed ~= stored_indexes(request_index_keys(ARGV[3])) then body.indexes = listed end
 if (ARGV[12] or '') ~= '' then redis.call('HSET', hkey, 'quorum', ARGV[12]) end
@@ -895,7 +906,7 @@ end
 -- person approved is not what is up for approval.
 if (ARGV[14] or '') ~= '' then
   local current = body_get(hkey, 'args_digest')
-  if current and current ~= ARGV[14] then return {'changed'} end
+  if current and not digest_matches(current, ARGV[14]) then return {'changed'} end
 end
 -- A person's decision on an approval that needs a quorum is a vote (an operator's cancel
 -- or expiry closes it at once, as any handoff).

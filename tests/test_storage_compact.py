@@ -1,6 +1,7 @@
 """The compact layout of 0.3 (``store.keys``): a body that leaves out what the request or the
-hash already says (its index keys, an unedited approval's digest, the 'created' event's
-detail, the idempotency key, an empty metadata), a policy named by 16 hex digits,
+hash already says (its index keys, the 'created' event's detail, the idempotency key, an
+expiry of whole milliseconds, an empty metadata) and keeps an approval's digest in 128 bits,
+a policy named by 16 hex digits,
 idempotency keys, message links and deadlines in small bucket sets; and handoffs the
 previous release (0.2) wrote, which still read, decide, expire, resume and purge alike."""
 
@@ -254,7 +255,8 @@ def test_the_index_keys_a_request_names_are_worked_out_alike_by_store_and_script
     expected = store._pending_indexes(request)
 
     body = body_fields(redis.get(store.keys.handoff_body(handoff_id)))
-    assert set(body) == {"request", "trail"}
+    assert set(body) == {"args_digest", "request", "trail"}
+    assert "expires_in_seconds" not in json.loads(body["request"])
     for key in expected:
         assert _indexed(redis, key, handoff_id), key
     read = store.get(handoff_id)
@@ -324,3 +326,44 @@ def test_a_posted_handoff_keeps_no_route_or_policy_name_longer_than_needed(
     store.reassign(handoff_id, by="U0ADMIN", channel="C0ELSEWHERE")
     store.begin_task(handoff_id, TaskKind.DELIVER, run_token="t-short-2")
     assert redis.hget(hkey, "deliver_route") == b"C0ELSEWHERE"
+
+
+def test_an_approval_keeps_128_bits_of_its_digest_and_still_refuses_other_arguments(
+    redis: Redis, fast_tasks: TaskPolicy
+) -> None:
+    store = HandoffStore(redis, StoreConfig(tasks=fast_tasks))
+    handoff_id = store.create(_request("run-digest"), handoff_id=new_handoff_id()).handoff.id
+    digest = action_digest("issue_refund", {"order_id": "A-7", "amount": 30})
+    body = body_fields(redis.get(store.keys.handoff_body(handoff_id)))
+    assert body["args_digest"] == digest.removeprefix("sha256:")[:32].encode()
+
+    other = action_digest("issue_refund", {"order_id": "A-7", "amount": 3000})
+    # A digest agreeing in its first 128 bits only, or without its prefix, is not it.
+    forged = digest[:39] + ("0" if digest[39] != "0" else "1") + digest[40:]
+    for seen in (other, digest.removeprefix("sha256:"), digest[:39], forged[:39] + "x" * 32):
+        with pytest.raises(ArgumentsChanged):
+            store.decide(handoff_id, Status.APPROVED, decided_by=REVIEWER, seen_digest=seen)
+    assert store.get(handoff_id).is_pending
+
+    decided = store.decide(handoff_id, Status.APPROVED, decided_by=REVIEWER, seen_digest=digest)
+    assert decided.status is Status.APPROVED
+
+
+def test_a_redelivered_handoff_keeps_the_expiry_its_request_asked_for(
+    redis: Redis, fast_tasks: TaskPolicy
+) -> None:
+    store = HandoffStore(redis, StoreConfig(tasks=fast_tasks))
+    for seconds in (3600, 0.25, 1.0005):
+        made = store.create(
+            _request(f"run-exp-{seconds}", expires_in_seconds=seconds),
+            handoff_id=new_handoff_id(),
+        ).handoff
+        (raw,) = store.stored_fields(made.id, "request")
+        stored = json.loads(raw or b"{}")
+        # Whole milliseconds: the hash says it; a finer one is kept as it was asked.
+        assert ("expires_in_seconds" in stored) == (seconds == 1.0005)
+        hkey = store.keys.handoff(made.id)
+        redis.hset(hkey, mapping={"status": "undeliverable", "deliver_state": "failed"})
+        moved = store.redeliver(made.id, by="U0ADMIN", channel="C0AGAIN").handoff
+        lasted = (moved.expires_at - moved.created_at).total_seconds()  # type: ignore[operator]
+        assert lasted == pytest.approx(max(seconds, 0.001), abs=0.0011)

@@ -231,9 +231,10 @@ def test_a_posted_handoff_keeps_a_listpack_hash_its_body_and_one_shared_policy(
         assert redis.hget(hkey, "policy").startswith(b"@")  # type: ignore[union-attr]
         assert redis.type(store.keys.handoff_body(handoff_id)) == b"string"
         body = body_fields(redis.get(store.keys.handoff_body(handoff_id)))
-        # No index list (the request names them all) and no arguments digest (nobody edited
-        # the arguments): only the request and the trail.
-        assert set(body) == {"request", "trail"}
+        # No index list (the request names them all): the arguments' digest (128 bits), the
+        # request and the trail.
+        assert set(body) == {"args_digest", "request", "trail"}
+        assert len(body["args_digest"]) == 32
         # The trail is the body's: no list of its own.
         assert not redis.exists(store.keys.audit(handoff_id))
         run_id = f"run-new-{ids.index(handoff_id)}"
