@@ -90,3 +90,10 @@ DEADLINE_BUCKETS = 128
 id; ``store.keys.deadline_bucket``), each a listpack while it holds at most 128 (about 40
 bytes an entry where one big set spends about 130): compact up to about 16,000 handoffs with
 a deadline. The expiry sweep reads each (a few microseconds apiece)."""
+
+RUN_BUCKETS = 1024
+"""A run's pending handoff, while it has one, is a field of one of this many small hashes
+(``{ns}:runs:<n>``, by the SHA-1 of the run id; ``store.keys.KeySpace.run_bucket``): most
+runs wait on one handoff at a time, and a sorted set of its own for each costs about 180
+bytes (the key, its entry in the keyspace, the set) where a field costs about 50. A run with
+two or more gets its set (``{ns}:pending:run:<run_id>``) and the field says so (``*``)."""

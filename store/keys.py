@@ -34,7 +34,13 @@ key                                    type    contents
 ``{ns}:pending``                       zset    all pending ids, written before 0.2 (each is
                                                in its type's index too; drains as they close)
 ``{ns}:pending:channel:<channel>``     zset    pending ids routed to a channel
-``{ns}:pending:run:<run_id>``          zset    pending ids of an agent run
+``{ns}:runs:<n>``                      hash    run id -> the pending id of a run that
+                                               has one, or ``*``: see its set below
+                                               (``run_bucket``; every run before 0.3 had
+                                               a set)
+``{ns}:pending:run:<run_id>``          zset    pending ids of an agent run with two or
+                                               more (read through ``HandoffStore``'s
+                                               ``index_range``/``index_size``)
 ``{ns}:pending:reviewer:<user>``       zset    pending ids a reviewer (user or group) may decide
 ``{ns}:pending:type:<request_type>``   zset    pending ids of one request type (score 0,
                                                ordered by id = age); the four together are
@@ -238,12 +244,25 @@ class KeySpace:
         return f"{self.prefix}pending:channel:{channel}"
 
     def pending_by_run(self, run_id: str) -> str:
-        """Pending handoffs of one agent run."""
+        """Pending handoffs of one agent run: the name by which the store and its scripts
+        know a run's index, which holds them in ``run_bucket`` while there is one and in a
+        sorted set of this name from two on."""
         return f"{self.prefix}pending:run:{run_id}"
 
     def pending_by_reviewer(self, reviewer: str) -> str:
         """Pending handoffs a reviewer (user or user group id) may decide."""
         return f"{self.prefix}pending:reviewer:{reviewer}"
+
+    def run_bucket(self, run_id: str) -> str:
+        """The hash in which a run with one pending handoff names it (``defaults.RUN_BUCKETS``,
+        by ``bucket_of``; the scripts work it out alike)."""
+        return f"{self.prefix}runs:{bucket_of(run_id, defaults.RUN_BUCKETS)}"
+
+    def run_of_index(self, key: str) -> str | None:
+        """The run whose pending index ``key`` is (``pending_by_run``), or None for another
+        index."""
+        prefix = self.pending_by_run("")
+        return key[len(prefix) :] if key.startswith(prefix) else None
 
     def pending_by_type(self, request_type: str) -> str:
         """Pending handoffs of one request type."""

@@ -548,18 +548,46 @@ class HandoffStore:
         if index_key is None:
             ids = self.pending_ids(cursor, limit=limit + 1)
         else:
-            start = f"({cursor}" if cursor else "-"
-            found = self.redis.zrange(index_key, start, "+", bylex=True, offset=0, num=limit + 1)
-            ids = [as_text(i) for i in found]
+            ids = self.index_range(index_key, f"({cursor}" if cursor else "-", "+", limit + 1)
         more = len(ids) > limit
         ids = ids[:limit]
         items = self.get_many(ids)
         return Page(items=items, next_cursor=ids[-1] if more and ids else None)
 
+    def index_range(
+        self, key: str, low: str, high: str, num: int, *, desc: bool = False
+    ) -> list[str]:
+        """Up to ``num`` ids of the pending index ``key`` between the lexical bounds ``low``
+        and ``high`` (as ``ZRANGE ... BYLEX`` takes them: ``-``, ``+``, ``(id``, ``[id``;
+        with ``desc``, from ``low`` down to ``high``). A run's index is a field of its bucket
+        while the run has one pending handoff (``KeySpace.run_bucket``)."""
+        single = self._single_of_run(key)
+        if single is not None:
+            lowest, highest = (high, low) if desc else (low, high)
+            inside = _lex_above(single, lowest) and _lex_below(single, highest)
+            return [single] if inside and num > 0 else []
+        found = self.redis.zrange(key, low, high, desc=desc, bylex=True, offset=0, num=num)
+        return [as_text(i) for i in found]
+
+    def index_size(self, key: str) -> int:
+        """How many handoffs the pending index ``key`` holds (see ``index_range``)."""
+        if self._single_of_run(key) is not None:
+            return 1
+        return int(self.redis.zcard(key))
+
+    def _single_of_run(self, key: str) -> str | None:
+        """The pending id a run's index names in its bucket, or None for another index, a
+        run with none, or one with a set (``*``)."""
+        run_id = self.keys.run_of_index(key)
+        if run_id is None:
+            return None
+        held = self.redis.hget(self.keys.run_bucket(run_id), run_id)
+        return None if held is None or held == b"*" else as_text(held)
+
     def count_pending(self, index_key: str | None = None) -> int:
         """How many handoffs an index holds (default: all pending)."""
         if index_key is not None:
-            return int(self.redis.zcard(index_key))
+            return self.index_size(index_key)
         with self.redis.pipeline(transaction=False) as pipe:
             for key in self.type_indexes:
                 pipe.zcard(key)
@@ -1484,6 +1512,24 @@ def _unanswered_verdict(unanswered: PostWindow | Literal["unchanged"] | None) ->
         return "none"
     assert isinstance(unanswered, PostWindow)
     return unanswered.to_stored()
+
+
+def _lex_above(member: str, bound: str) -> bool:
+    """Whether ``member`` is at or past the lower ``ZRANGE ... BYLEX`` bound ``bound``."""
+    if bound == "-":
+        return True
+    if bound == "+":
+        return False
+    return member > bound[1:] if bound[0] == "(" else member >= bound[1:]
+
+
+def _lex_below(member: str, bound: str) -> bool:
+    """Whether ``member`` is at or before the upper ``ZRANGE ... BYLEX`` bound ``bound``."""
+    if bound == "+":
+        return True
+    if bound == "-":
+        return False
+    return member < bound[1:] if bound[0] == "(" else member <= bound[1:]
 
 
 def _stored_request_json(request: HandoffRequest) -> str:

@@ -23,6 +23,7 @@ local P = ARGV[1]
     + f"local MAX_VOTES = {defaults.MAX_VOTES}\n"
     + f"local LOOKUP_BUCKETS = {defaults.LOOKUP_BUCKETS}\n"
     + f"local DEADLINE_BUCKETS = {defaults.DEADLINE_BUCKETS}\n"
+    + f"local RUN_BUCKETS = {defaults.RUN_BUCKETS}\n"
     + f"local DECISION_BUCKETS = {{{', '.join(map(str, defaults.DECISION_SECONDS_BUCKETS))}}}\n"
     + """
 local EVENTS = {
@@ -337,6 +338,50 @@ local function deadline_key(id)
   return P .. 'deadlines:' .. bucket_of(id, DEADLINE_BUCKETS)
 end
 
+-- A pending index: a sorted set (score 0, ordered by id), except a run's while the run has
+-- one pending handoff: a field of a small hash, {ns}:runs:<n>, names it, and the run's set
+-- (the index's key) exists from the second one on, the field then saying '*'. A run's
+-- set written before (0.2) without a field is used as it is. HandoffStore.index_range
+-- and index_size read both.
+local function run_field(key)
+  local prefix = P .. 'pending:run:'
+  if string.sub(key, 1, #prefix) ~= prefix then return nil end
+  local run = string.sub(key, #prefix + 1)
+  return P .. 'runs:' .. bucket_of(run, RUN_BUCKETS), run
+end
+
+local function index_add(key, id)
+  local bucket, run = run_field(key)
+  if not bucket then
+    redis.call('ZADD', key, 0, id)
+    return
+  end
+  local held = redis.call('HGET', bucket, run)
+  if held == id then return end
+  if not held and redis.call('EXISTS', key) == 0 then
+    redis.call('HSET', bucket, run, id)
+    return
+  end
+  if held and held ~= '*' then redis.call('ZADD', key, 0, held) end
+  redis.call('ZADD', key, 0, id)
+  if held ~= '*' then redis.call('HSET', bucket, run, '*') end
+end
+
+local function index_remove(key, id)
+  local bucket, run = run_field(key)
+  if not bucket then
+    redis.call('ZREM', key, id)
+    return
+  end
+  local held = redis.call('HGET', bucket, run)
+  if held == id then
+    redis.call('HDEL', bucket, run)
+    return
+  end
+  redis.call('ZREM', key, id)
+  if held == '*' and redis.call('EXISTS', key) == 0 then redis.call('HDEL', bucket, run) end
+end
+
 -- Where an idempotency key or a message link is found: its bucket, else the one hash of
 -- the namespace they were kept in before the buckets. The key of its own each had before
 -- that is looked at by the callers, which know its name.
@@ -535,7 +580,7 @@ local function close_pending(id, hkey, f, status, decision, actor, event, at, re
   local set = {'status', status, 'decision', decision, 'decided_at', at, 'version', version}
   local outbox = {}
   for _, key in ipairs(pending_index_keys(hkey, f.indexes)) do
-    redis.call('ZREM', key, id)
+    index_remove(key, id)
   end
   redis.call('ZREM', deadline_key(id), id)
   redis.call('ZREM', P .. 'deadlines', id)  -- set before the buckets
@@ -849,7 +894,7 @@ local listed = stored_indexes(indexes)
 if listed ~= stored_indexes(request_index_keys(ARGV[3])) then body.indexes = listed end
 if (ARGV[12] or '') ~= '' then redis.call('HSET', hkey, 'quorum', ARGV[12]) end
 if idem ~= '' then redis.call('HSET', lookup_key('idemkeys', idem), idem, id) end
-for _, key in ipairs(indexes) do redis.call('ZADD', key, 0, id) end
+for _, key in ipairs(indexes) do index_add(key, id) end
 if expires_at > 0 then redis.call('ZADD', deadline_key(id), expires_at, id) end
 redis.call('ZADD', P .. 'outbox', now, 'deliver:' .. id)
 wake()
@@ -1343,10 +1388,10 @@ if h[1] ~= 'pending' then return {'already', h[1], h[2] or '', h[3] or ''} end
 if (ARGV[8] or '') ~= '' and (h[4] or '0') ~= ARGV[8] then return {'changed'} end
 local now = now_ms()
 for _, key in ipairs(pending_index_keys(hkey, redis.call('HGET', hkey, 'indexes'))) do
-  redis.call('ZREM', key, id)
+  index_remove(key, id)
 end
 local indexes = cjson.decode(ARGV[6])
-for _, key in ipairs(indexes) do redis.call('ZADD', key, 0, id) end
+for _, key in ipairs(indexes) do index_add(key, id) end
 body_set(hkey, 'indexes', stored_indexes(indexes))
 if ARGV[4] ~= '' then redis.call('HSET', hkey, 'channel_override', ARGV[4]) end
 if ARGV[5] ~= '' then redis.call('HSET', hkey, 'reviewers_override', ARGV[5]) end

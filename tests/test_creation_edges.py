@@ -46,6 +46,7 @@ from store.models import Handoff, HandoffRequest, Status
 from store.repository import HandoffStore, StoreConfig, TaskPolicy
 from store.settings import StoreSettings
 from tests.support.api_server import serve_api
+from tests.support.indexes import indexed_under
 from tests.support.redis_proxy import LosingProxy
 from worker.client import Handoffs
 
@@ -336,12 +337,7 @@ def test_two_overlapping_reassignments_leave_the_handoff_in_the_indexes_it_shows
     shown = first_admin.get(handoff_id)
     assert (shown.channel, shown.reviewers) == ("C0NEW", ["U0NEW"])
     # Every pending handoff is in the indexes of what it shows, and in no other.
-    indexed_under = {
-        key.decode()
-        for key in redis.scan_iter(match=keys.pending + ":*")
-        if redis.zscore(key, handoff_id) is not None
-    }
-    assert indexed_under == {
+    assert indexed_under(redis, keys, handoff_id) == {
         keys.pending_by_run("run-r"),
         keys.pending_by_type("question"),
         keys.pending_by_channel("C0NEW"),

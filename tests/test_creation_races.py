@@ -24,6 +24,7 @@ from store.models import HandoffRequest, Status
 from store.policies import load_policy, parse_policy
 from store.repository import HandoffStore, StoreConfig, TaskPolicy
 from tests.support.api_server import serve_api
+from tests.support.indexes import anything_pending
 from tests.support.redis_proxy import LosingProxy
 from worker.client import Handoffs
 
@@ -191,8 +192,7 @@ def test_odd_run_ids_are_indexed_through_reassignments_and_left_nowhere(
     ]
     assert store.list_pending(store.keys.pending_by_reviewer("U0A")).items == []
     store.decide(handoff_id, Status.ANSWERED, decided_by="U0B", answer="yes")
-    left = [key for key in redis.scan_iter(match=store.keys.pending + "*") if redis.zcard(key)]
-    assert left == []
+    assert anything_pending(redis, store.keys) == []
 
 
 _REQUESTS: list[dict[str, Any]] = [

@@ -24,6 +24,7 @@ from store.models import HandoffRequest, Status, TaskKind, TaskState
 from store.repository import HandoffStore, StoreConfig, TaskPolicy
 from tests.conftest import WorkerProcesses, wait_until
 from tests.support import resume_targets
+from tests.support.indexes import indexed_under
 from worker.client import Handoffs
 
 RESUME_TARGET = "tests.support.resume_targets:record"
@@ -122,7 +123,7 @@ def write_previous_shape(
 
 
 def _indexed(redis: Redis, key: str, handoff_id: str) -> bool:
-    return redis.zscore(key, handoff_id) is not None
+    return key in indexed_under(redis, KeySpace(), handoff_id)
 
 
 def _index_keys(keys: KeySpace, run_id: str) -> list[str]:
@@ -265,12 +266,7 @@ def test_the_index_keys_a_request_names_are_worked_out_alike_by_store_and_script
 
     store.decide(handoff_id, Status.REJECTED, decided_by="U0A")
 
-    indexed = [
-        key.decode()
-        for key in redis.scan_iter(match=store.keys.pending + "*")
-        if _indexed(redis, key.decode(), handoff_id)
-    ]
-    assert indexed == []
+    assert indexed_under(redis, store.keys, handoff_id) == set()
 
 
 def test_buckets_are_worked_out_alike_by_store_and_scripts(
@@ -367,3 +363,104 @@ def test_a_redelivered_handoff_keeps_the_expiry_its_request_asked_for(
         moved = store.redeliver(made.id, by="U0ADMIN", channel="C0AGAIN").handoff
         lasted = (moved.expires_at - moved.created_at).total_seconds()  # type: ignore[operator]
         assert lasted == pytest.approx(max(seconds, 0.001), abs=0.0011)
+
+
+# -- a run's index: a field of a bucket for one pending handoff, a set from two on ----------
+
+
+def test_a_runs_index_is_a_field_for_one_handoff_and_a_set_from_two_on(
+    redis: Redis, fast_tasks: TaskPolicy
+) -> None:
+    store = HandoffStore(redis, StoreConfig(tasks=fast_tasks))
+    keys, run_key = store.keys, store.keys.pending_by_run("run-many")
+    bucket = keys.run_bucket("run-many")
+    first = store.create(_request("run-many"), handoff_id=new_handoff_id()).handoff.id
+
+    # One: no set of its own; the bucket names it.
+    assert not redis.exists(run_key)
+    assert redis.hget(bucket, "run-many") == first.encode()
+    assert store.index_range(run_key, "-", "+", 10) == [first]
+    assert store.index_size(run_key) == 1
+    assert [h.id for h in store.list_pending(run_key).items] == [first]
+
+    second = store.create(
+        _request("run-many", idempotency_key="second"), handoff_id=new_handoff_id()
+    ).handoff.id
+    third = store.create(
+        _request("run-many", idempotency_key="third"), handoff_id=new_handoff_id()
+    ).handoff.id
+
+    # Two and more: the set, and the field says so.
+    assert redis.hget(bucket, "run-many") == b"*"
+    assert store.index_range(run_key, "-", "+", 10) == [first, second, third]
+    assert store.count_pending(run_key) == 3
+    page = store.list_pending(run_key, limit=2)
+    assert [h.id for h in page.items] == [first, second]
+    rest = store.list_pending(run_key, cursor=page.next_cursor, limit=2)
+    assert [h.id for h in rest.items] == [third] and rest.next_cursor is None
+
+    for handoff_id in (second, first, third):
+        store.decide(handoff_id, Status.REJECTED, decided_by=REVIEWER)
+    assert store.index_size(run_key) == 0 and store.list_pending(run_key).items == []
+    # Nothing left behind: neither the set nor the field.
+    assert not redis.exists(run_key) and redis.hget(bucket, "run-many") is None
+
+
+def test_a_runs_one_handoff_pages_by_cursor_like_a_set(
+    redis: Redis, fast_tasks: TaskPolicy
+) -> None:
+    store = HandoffStore(redis, StoreConfig(tasks=fast_tasks))
+    run_key = store.keys.pending_by_run("run-one")
+    only = store.create(_request("run-one"), handoff_id=new_handoff_id()).handoff.id
+
+    assert store.index_range(run_key, f"({only}", "+", 10) == []
+    assert store.index_range(run_key, f"[{only}", "+", 10) == [only]
+    assert store.index_range(run_key, "+", f"({only}", 10, desc=True) == []
+    assert store.index_range(run_key, "+", "-", 10, desc=True) == [only]
+    assert store.index_range(run_key, "-", "+", 0) == []
+    page = store.list_pending(run_key, limit=1)
+    assert [h.id for h in page.items] == [only] and page.next_cursor is None
+
+
+def test_a_run_with_a_set_written_before_keeps_using_it(
+    redis: Redis, fast_tasks: TaskPolicy
+) -> None:
+    """A run that was waiting when the store was upgraded has a set (0.2) and no field: its
+    next handoff joins the set (and the field says '*'), so none of them is hidden."""
+    store = HandoffStore(redis, StoreConfig(tasks=fast_tasks))
+    old = write_previous_shape(redis, store, fast_tasks, "run-upgraded")
+    run_key = store.keys.pending_by_run("run-upgraded")
+    assert redis.zscore(run_key, old) == 0
+
+    new = store.create(
+        _request("run-upgraded", idempotency_key="after-upgrade"), handoff_id=new_handoff_id()
+    ).handoff.id
+
+    assert store.index_range(run_key, "-", "+", 10) == sorted([old, new])
+    assert redis.hget(store.keys.run_bucket("run-upgraded"), "run-upgraded") == b"*"
+    store.decide(old, Status.REJECTED, decided_by=REVIEWER)
+    store.decide(new, Status.REJECTED, decided_by=REVIEWER)
+    assert store.index_size(run_key) == 0
+    assert not redis.exists(run_key)
+    assert redis.hget(store.keys.run_bucket("run-upgraded"), "run-upgraded") is None
+
+
+def test_a_reassigned_runs_one_handoff_stays_in_its_runs_index(
+    redis: Redis, fast_tasks: TaskPolicy
+) -> None:
+    store = HandoffStore(redis, StoreConfig(tasks=fast_tasks))
+    run_key = store.keys.pending_by_run("run-moved")
+    handoff_id = store.create(_request("run-moved"), handoff_id=new_handoff_id()).handoff.id
+
+    store.reassign(handoff_id, by="U0ADMIN", channel="C0MOVED")
+    store.reassign(handoff_id, by="U0ADMIN", reviewers=["U0OTHER"])
+
+    assert store.index_range(run_key, "-", "+", 10) == [handoff_id]
+    assert indexed_under(redis, store.keys, handoff_id) == {
+        run_key,
+        store.keys.pending_by_type("approval"),
+        store.keys.pending_by_channel("C0MOVED"),
+        store.keys.pending_by_reviewer("U0OTHER"),
+    }
+    store.cancel(handoff_id, cancelled_by="U0ADMIN", resume=False)
+    assert indexed_under(redis, store.keys, handoff_id) == set()

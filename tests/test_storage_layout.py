@@ -238,7 +238,7 @@ def test_a_posted_handoff_keeps_a_listpack_hash_its_body_and_one_shared_policy(
         # The trail is the body's: no list of its own.
         assert not redis.exists(store.keys.audit(handoff_id))
         run_id = f"run-new-{ids.index(handoff_id)}"
-        assert redis.zscore(store.keys.pending_by_run(run_id), handoff_id) == 0
+        assert store.index_range(store.keys.pending_by_run(run_id), "-", "+", 10) == [handoff_id]
         stored = json.loads(body["request"])
         handoff = store.get(handoff_id)
         assert stored["run_id"] == handoff.run_id

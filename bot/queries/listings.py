@@ -30,7 +30,6 @@ from typing import Any, Protocol
 from bot.access.reviewers import ReviewerPolicy
 from bot.keys import BotKeys
 from bot.queries.unassigned import UnassignedIndex
-from store.decoding import as_text
 from store.models import Handoff, RequestType
 from store.repository import HandoffStore
 
@@ -113,15 +112,12 @@ class _IndexSource:
         top = f"[{self.ceiling}" if self.ceiling else "+"
         if forward:
             low = f"({cursor}" if cursor else "-"
-            raw = self.store.redis.zrange(self.key, low, top, bylex=True, offset=0, num=want)
+            ids = self.store.index_range(self.key, low, top, want)
         else:
             high = f"({cursor}" if cursor else "+"
             if self.ceiling and (cursor is None or cursor > self.ceiling):
                 high = top
-            raw = self.store.redis.zrange(
-                self.key, high, "-", desc=True, bylex=True, offset=0, num=want
-            )
-        ids = [as_text(i) for i in raw]
+            ids = self.store.index_range(self.key, high, "-", want, desc=True)
         if len(ids) == want:
             return ids, ids[-1]
         # Past the ceiling lie pending ids not sorted yet: not "nothing further".
