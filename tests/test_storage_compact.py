@@ -164,7 +164,7 @@ def test_a_previous_shape_handoff_reads_and_is_decided_and_resumed_once(
     assert decided.status is Status.APPROVED
     for key in _index_keys(store.keys, "run-prev-1"):
         assert not _indexed(redis, key, handoff_id), key
-    assert not _indexed(redis, store.keys.deadlines, handoff_id)
+    assert redis.zscore(store.keys.deadlines, handoff_id) is None
     wait_until(lambda: store.get(handoff_id).resume.state is TaskState.COMPLETED)
     [resumed] = resume_targets.recorded(redis)
     assert (resumed["handoff_id"], resumed["status"]) == (handoff_id, "approved")
@@ -198,7 +198,7 @@ def test_a_previous_shape_handoff_expires_from_the_old_deadlines_set_and_is_purg
     assert store.expire_due() == [handoff_id]
 
     assert store.get(handoff_id).status is Status.EXPIRED
-    assert not _indexed(redis, store.keys.deadlines, handoff_id)
+    assert redis.zscore(store.keys.deadlines, handoff_id) is None
     for key in _index_keys(store.keys, "run-prev-3"):
         assert not _indexed(redis, key, handoff_id), key
     # Its run is resumed (with the expiry), then the retention sweep takes it.
@@ -283,7 +283,7 @@ def test_buckets_are_worked_out_alike_by_store_and_scripts(
         bucket = store.keys.idempotency_ids(key)
         assert bucket.endswith(f":{bucket_of(key, defaults.LOOKUP_BUCKETS)}")
         assert redis.hget(bucket, key) == made.id.encode()
-        assert _indexed(redis, store.keys.deadline_bucket(made.id), made.id)
+        assert redis.zscore(store.keys.deadline_bucket(made.id), made.id) is not None
     assert not redis.exists(store.keys.deadlines, store.keys.idempotency_ids_before)
 
 
