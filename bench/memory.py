@@ -205,6 +205,8 @@ def key_kind(prefix: str, key: str) -> str:
         return f"index pending:{parts[1]}:*" if len(parts) > 1 else "index pending"
     if parts[0] in ("outbox", "deadlines", "retention", "failed", "wake"):
         return "outbox, deadlines, timers"
+    if parts[0] == "runs":
+        return "index of runs with one handoff (runs:*)"
     if parts[0] in ("msg", "msgs", "msglinks"):
         return "message links"
     if parts[0] in ("idem", "idemkeys"):

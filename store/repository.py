@@ -328,11 +328,9 @@ class HandoffStore:
             request.idempotency_key or "",
             expires_ms,
             to_json(self._pending_indexes(request)),
-            "1" if request.resume_target or request.callback else "0",
             request.request_type.value,
             policy_json,
             actor,
-            request.channel or "",
             # A rule's decision is the only one: nobody votes on it.
             "" if routing is not None and routing.auto else _quorum_of(request),
             stored_digest(digest) if (digest := _digest_of(request)) else "",

@@ -130,8 +130,7 @@ end
 -- The pending index keys a request names (HandoffStore._pending_indexes builds the same
 -- list; a test holds the two together): its run's and its type's, its channel's, each
 -- reviewer's once, its API key's.
-local function request_index_keys(request_json)
-  local r = cjson.decode(request_json)
+local function request_index_keys(r)
   local keys = {P .. 'pending:run:' .. r.run_id, P .. 'pending:type:' .. r.request_type}
   if type(r.channel) == 'string' and r.channel ~= '' then
     keys[#keys + 1] = P .. 'pending:channel:' .. r.channel
@@ -151,6 +150,37 @@ local function request_index_keys(request_json)
   return keys
 end
 
+-- The request as stored (the body's, or the hash's before the body), decoded at most once
+-- per handoff per script run; an empty table for none. ``json``: the stored request
+-- when the caller has it.
+local REQUESTS = {}
+local function request_of(hkey, json)
+  local r = REQUESTS[hkey]
+  if r then return r end
+  json = json or body_get(hkey, 'request')
+  r = json and cjson.decode(json) or {}
+  REQUESTS[hkey] = r
+  return r
+end
+
+-- Whether deciding the handoff resumes its run: the hash's 'has_resume' (written before
+-- 0.3), else the request's resume target or callback (HandoffStore.create says the same).
+local function resumes(hkey, stored)
+  if stored then return stored == '1' end
+  local r = request_of(hkey)
+  return (type(r.resume_target) == 'string' and r.resume_target ~= '')
+      or type(r.callback) == 'table'
+end
+
+-- Where the request asks to be posted ('' for the default channel): the hash's 'route'
+-- (written before 0.3), else the request's channel.
+local function request_route(hkey, stored)
+  if stored then return stored end
+  local channel = request_of(hkey).channel
+  if type(channel) == 'string' then return channel end
+  return ''
+end
+
 -- A pending handoff's index keys: as stored (in its hash, written before the body, or its
 -- body), else the ones its request names (CREATE leaves those out).
 local function pending_index_keys(hkey, stored, fields)
@@ -159,7 +189,7 @@ local function pending_index_keys(hkey, stored, fields)
     stored = fields.indexes
     if not stored then
       if not fields.request then return {} end
-      return request_index_keys(fields.request)
+      return request_index_keys(request_of(hkey, fields.request))
     end
   end
   return index_keys(stored)
@@ -177,12 +207,12 @@ local function policy_json(stored)
 end
 
 -- The policy's JSON stored once; what the hash's 'policy' field holds to name it.
--- Named by the first 16 hex digits of the SHA-1 (24 bytes less of every handoff's hash);
--- another JSON already under that name (about one chance in 2^64 a pair) gets the whole
--- digest. Readers take whatever follows '@' (handoffs written before name all 40).
+-- Named by the first 8 hex digits of the SHA-1 (32 bytes less of every handoff's hash; a
+-- deployment has a handful of policies); another JSON already under that name (about one
+-- chance in 2^32 a pair) gets the whole digest. Readers take whatever follows '@' (handoffs written before name all 40).
 local function intern_policy(json)
   local digest = redis.sha1hex(json)
-  local short = string.sub(digest, 1, 16)
+  local short = string.sub(digest, 1, 8)
   if redis.call('HSETNX', P .. 'policies', short, json) == 1
       or redis.call('HGET', P .. 'policies', short) == json then
     return '@' .. short
@@ -319,7 +349,9 @@ end
 -- a delivery's is kept (BEGIN_TASK) only when it is not the request's own route.
 local function attempt_route(hkey, k)
   local route = redis.call('HGET', hkey, k .. '_route')
-  if not route and k == 'deliver' then route = redis.call('HGET', hkey, 'route') end
+  if not route and k == 'deliver' then
+    route = request_route(hkey, redis.call('HGET', hkey, 'route'))
+  end
   return route or '?'
 end
 
@@ -598,7 +630,7 @@ local function close_pending(id, hkey, f, status, decision, actor, event, at, re
     end
   end
   if #timers > 0 then redis.call('ZREM', P .. 'outbox', unpack(timers)) end
-  if resume and f.has_resume == '1' then
+  if resume and resumes(hkey, f.has_resume) then
     plan_task(set, outbox, id, 'resume', at, f.resume_state, f.resume_attempt,
               tonumber(t.resume_max))
   end
@@ -837,10 +869,9 @@ end
 
 # KEYS[1] handoff hash.
 # ARGV: prefix, id, request json (as the body keeps it), idempotency key or '', expires in ms
-#       or 0, index keys json, has resume (1/0), request type, task settings json, actor,
-#       route (the request's channel, '' for the default one), quorum json ('' for none: one
-#       decision decides), an approval's action digest as the body keeps it ('' for other
-#       requests; store.canonical.stored_digest).
+#       or 0, index keys json, request type, task settings json, actor, quorum json ('' for
+#       none: one decision decides), an approval's action digest as the body keeps it ('' for
+#       other requests; store.canonical.stored_digest).
 CREATE = (
     PRELUDE
     + """
@@ -876,12 +907,14 @@ if stored_request then return {0, id} end
 local now = now_ms()
 local expires_at = 0
 if tonumber(ARGV[5]) > 0 then expires_at = now + tonumber(ARGV[5]) end
-local t = cjson.decode(ARGV[9])
--- Task fields not written here read as state 'none' and attempt 0.
-redis.call('HSET', hkey, 'status', 'pending', 'request_type', ARGV[8],
-  'created_at', now, 'expires_at', expires_at, 'idem_key', idem,
-  'version', 1, 'has_resume', ARGV[7], 'policy', intern_policy(ARGV[9]),
-  'deliver_state', 'queued', 'deliver_limit', t.deliver_max, 'route', ARGV[11] or '')
+local t = cjson.decode(ARGV[8])
+-- Task fields not written here read as state 'none' and attempt 0. Whether its run is
+-- resumed and where it is posted are the request's (resumes, request_route): handoffs
+-- written before 0.3 keep them in 'has_resume' and 'route'.
+redis.call('HSET', hkey, 'status', 'pending', 'request_type', ARGV[7],
+  'created_at', now, 'expires_at', expires_at, 'version', 1,
+  'policy', intern_policy(ARGV[8]), 'deliver_state', 'queued', 'deliver_limit', t.deliver_max)
+if idem ~= '' then redis.call('HSET', hkey, 'idem_key', idem) end
 POLICIES[hkey] = t
 -- The long fields go to the body (see body_key), written with the 'created' event below.
 -- Index keys the request names (all of them, unless a routing rule changed some) are left
@@ -889,10 +922,12 @@ POLICIES[hkey] = t
 -- arguments digest is the first 128 bits of it (digest_matches).
 local indexes = cjson.decode(ARGV[6])
 local body = {request = ARGV[3]}
-if (ARGV[13] or '') ~= '' then body.args_digest = ARGV[13] end
+if (ARGV[11] or '') ~= '' then body.args_digest = ARGV[11] end
 local listed = stored_indexes(indexes)
-if listed ~= stored_indexes(request_index_keys(ARGV[3])) then body.indexes = listed end
-if (ARGV[12] or '') ~= '' then redis.call('HSET', hkey, 'quorum', ARGV[12]) end
+if listed ~= stored_indexes(request_index_keys(request_of(hkey, ARGV[3]))) then
+  body.indexes = listed
+end
+if (ARGV[10] or '') ~= '' then redis.call('HSET', hkey, 'quorum', ARGV[10]) end
 if idem ~= '' then redis.call('HSET', lookup_key('idemkeys', idem), idem, id) end
 for _, key in ipairs(indexes) do index_add(key, id) end
 if expires_at > 0 then redis.call('ZADD', deadline_key(id), expires_at, id) end
@@ -906,8 +941,8 @@ if t.escalate_after_ms > 0 and t.escalate_to ~= '' then
 end
 -- The event's detail (the run and the request type) is the request's: readers put it back
 -- (created_detail), so a waiting handoff does not keep it twice.
-audit(id, 'created', ARGV[10], now, nil, body)
-redis.call('HINCRBY', P .. 'metrics', 'created:' .. ARGV[8], 1)
+audit(id, 'created', ARGV[9], now, nil, body)
+redis.call('HINCRBY', P .. 'metrics', 'created:' .. ARGV[7], 1)
 return {1, id, now, expires_at}
 """
 )
@@ -1043,12 +1078,13 @@ if state == 'running' and k ~= 'resume' then
 end
 if k == 'deliver' then
   -- Where this attempt posts: a reassignment's channel, else the request's ('' the default
-  -- channel; '?' for a handoff stored before routes were kept).
+  -- channel).
   local r = redis.call('HMGET', hkey, 'channel_override', 'route')
-  local route = r[1] or r[2] or '?'
-  if r[1] == '' then route = r[2] or '?' end
+  local own = request_route(hkey, r[2])
+  local route = own
+  if r[1] and r[1] ~= '' then route = r[1] end
   -- Kept only when it is not the request's own (attempt_route reads that for none).
-  if route == r[2] then
+  if route == own then
     redis.call('HDEL', hkey, 'deliver_route')
   else
     redis.call('HSET', hkey, 'deliver_route', route)
@@ -1095,8 +1131,10 @@ note_unanswered(hkey, k, ARGV[10], now)
 if ARGV[5] == '1' then
   redis.call('HSET', hkey, k .. '_state', 'completed', k .. '_done_at', now)
   -- What only a running or retried attempt needs goes (a missing one reads as 0, or as no
-  -- token): a few fields less in every waiting handoff's hash. '_dirty' goes below.
-  redis.call('HDEL', hkey, k .. '_lease', k .. '_token', k .. '_deferred', k .. '_failures')
+  -- token; BEGIN_TASK reads '_started' only of a running attempt, and its audit event keeps
+  -- the time): a few fields less in every waiting handoff's hash. '_dirty' goes below.
+  redis.call('HDEL', hkey, k .. '_lease', k .. '_token', k .. '_deferred', k .. '_failures',
+             k .. '_started')
   -- Done: whatever it posted is known now.
   forget_unanswered(hkey, k)
   for field, value in pairs(cjson.decode(ARGV[7])) do

@@ -1,7 +1,7 @@
 """The compact layout of 0.3 (``store.keys``): a body that leaves out what the request or the
 hash already says (its index keys, the 'created' event's detail, the idempotency key, an
 expiry of whole milliseconds, an empty metadata) and keeps an approval's digest in 128 bits,
-a policy named by 16 hex digits,
+a policy named by 8 hex digits, no route or resume flag of its own,
 idempotency keys, message links and deadlines in small bucket sets; and handoffs the
 previous release (0.2) wrote, which still read, decide, expire, resume and purge alike."""
 
@@ -293,8 +293,8 @@ def test_a_policy_whose_short_name_is_taken_by_another_gets_its_whole_digest(
     store = HandoffStore(redis, StoreConfig(tasks=fast_tasks))
     policy = fast_tasks.for_request(_request("run-policy")).as_script_arg()
     sha1 = hashlib.sha1(policy.encode()).hexdigest()
-    # Another policy's JSON already under this one's 16-digit name (a collision).
-    redis.hset(store.keys.policies, sha1[:16], '{"deliver_max": 99}')
+    # Another policy's JSON already under this one's 8-digit name (a collision).
+    redis.hset(store.keys.policies, sha1[:8], '{"deliver_max": 99}')
 
     handoff_id = store.create(_request("run-policy"), handoff_id=new_handoff_id()).handoff.id
 
@@ -314,8 +314,9 @@ def test_a_posted_handoff_keeps_no_route_or_policy_name_longer_than_needed(
     hkey = store.keys.handoff(handoff_id)
     # The attempt posts where the request says: nothing kept besides the request's route.
     assert redis.hget(hkey, "deliver_route") is None
-    assert redis.hget(hkey, "route") == CHANNEL.encode()
-    assert len(redis.hget(hkey, "policy") or b"") == 17  # '@' and 16 hex digits
+    # Neither the route nor whether it resumes a run: the request says both.
+    assert redis.hget(hkey, "route") is None and redis.hget(hkey, "has_resume") is None
+    assert len(redis.hget(hkey, "policy") or b"") == 9  # '@' and 8 hex digits
     store.finish_task(handoff_id, TaskKind.DELIVER, attempt=start.attempt, message_refs={})
 
     # Moved elsewhere, the next attempt's route is kept.
