@@ -209,7 +209,8 @@ end
 -- The policy's JSON stored once; what the hash's 'policy' field holds to name it.
 -- Named by the first 8 hex digits of the SHA-1 (32 bytes less of every handoff's hash; a
 -- deployment has a handful of policies); another JSON already under that name (about one
--- chance in 2^32 a pair) gets the whole digest. Readers take whatever follows '@' (handoffs written before name all 40).
+-- chance in 2^32 a pair) gets the whole digest. Readers take whatever follows '@'
+-- (handoffs written before name all 40).
 local function intern_policy(json)
   local digest = redis.sha1hex(json)
   local short = string.sub(digest, 1, 8)
