@@ -422,18 +422,18 @@ local function looked_up(kind, before, name)
   return redis.call('HGET', lookup_key(kind, name), name) or redis.call('HGET', P .. before, name)
 end
 
--- Remove a lookup that still names ``id``, wherever it is; true when one was removed.
+-- Remove a lookup that still names ``id``, wherever it is (both places: a message linked
+-- before the buckets may be linked again in its bucket by an attempt that finds it); true
+-- when one was removed.
 local function unlink(kind, before, name, id)
-  local bucket = lookup_key(kind, name)
-  if redis.call('HGET', bucket, name) == id then
-    redis.call('HDEL', bucket, name)
-    return true
+  local removed = false
+  for _, key in ipairs({lookup_key(kind, name), P .. before}) do
+    if redis.call('HGET', key, name) == id then
+      redis.call('HDEL', key, name)
+      removed = true
+    end
   end
-  if redis.call('HGET', P .. before, name) == id then
-    redis.call('HDEL', P .. before, name)
-    return true
-  end
-  return false
+  return removed
 end
 
 -- A resent call (same operation id) answers what the first run did; see the module text.
