@@ -337,11 +337,29 @@ end
 -- The 'created' event is stored without its detail, the request's run and type (see
 -- CREATE): put back here, as store.keys.trail_lines does, for the lines that leave Redis.
 local CREATED_END = '"created"]'
+-- The request's run and type. CREATE stores the request as HandoffRequest dumps it: its run
+-- and thread ids, then its type, first. Only that head is decoded (a request may be 64 KiB,
+-- and an audit page names hundreds of trails: decoding each whole held the server for
+-- hundreds of milliseconds). A ',"request_type":"' outside that head cannot come first (a
+-- quote inside a JSON string is escaped), and one nested deeper leaves the head unclosed,
+-- which fails to decode: then, or for another order, the whole request is decoded.
+local function run_and_type(request)
+  local _, upto = string.find(request, ',"request_type":"[^"]*"')
+  if upto then
+    local ok, head = pcall(cjson.decode, string.sub(request, 1, upto) .. '}')
+    if ok and type(head) == 'table' and type(head.run_id) == 'string'
+        and type(head.request_type) == 'string' then
+      return head
+    end
+  end
+  return cjson.decode(request)
+end
+
 local function with_created_detail(line, request)
   if not line or not request or string.sub(line, -#CREATED_END) ~= CREATED_END then
     return line
   end
-  local r = cjson.decode(request)
+  local r = run_and_type(request)
   return string.sub(line, 1, -2) .. ',' .. cjson.encode({run_id = r.run_id,
                                                          request_type = r.request_type}) .. ']'
 end
