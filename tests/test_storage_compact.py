@@ -465,3 +465,38 @@ def test_a_reassigned_runs_one_handoff_stays_in_its_runs_index(
     }
     store.cancel(handoff_id, cancelled_by="U0ADMIN", resume=False)
     assert indexed_under(redis, store.keys, handoff_id) == set()
+
+
+def test_a_long_request_keeps_its_index_keys_route_and_resume_flag(
+    redis: Redis, fast_tasks: TaskPolicy
+) -> None:
+    """Working them out decodes the request (in every decision, expiry and delivery): a
+    request over 4 KiB keeps them, a short one leaves them to its request."""
+    store = HandoffStore(redis, StoreConfig(tasks=fast_tasks))
+    long = _request("run-long", context="x" * 5000)
+    handoff_id = store.create(long, handoff_id=new_handoff_id()).handoff.id
+    hkey = store.keys.handoff(handoff_id)
+
+    assert redis.hmget(hkey, "has_resume", "route") == [b"1", CHANNEL.encode()]
+    assert "indexes" in body_fields(redis.get(store.keys.handoff_body(handoff_id)))
+    short = store.create(_request("run-short-2"), handoff_id=new_handoff_id()).handoff.id
+    assert redis.hmget(store.keys.handoff(short), "has_resume", "route") == [None, None]
+
+    # Both still resume their runs once decided.
+    for made in (handoff_id, short):
+        store.decide(made, Status.APPROVED, decided_by=REVIEWER)
+        assert store.get(made).resume.state is TaskState.QUEUED
+
+
+@pytest.mark.parametrize("context_bytes", [10, 5000])
+def test_a_request_without_a_resume_target_is_never_resumed(
+    redis: Redis, fast_tasks: TaskPolicy, context_bytes: int
+) -> None:
+    store = HandoffStore(redis, StoreConfig(tasks=fast_tasks))
+    request = _request("run-no-resume", resume_target=None, context="y" * context_bytes)
+    handoff_id = store.create(request, handoff_id=new_handoff_id()).handoff.id
+
+    store.decide(handoff_id, Status.APPROVED, decided_by=REVIEWER)
+
+    assert store.get(handoff_id).resume.state is TaskState.NONE
+    assert redis.zscore(store.keys.outbox, f"resume:{handoff_id}") is None
