@@ -270,12 +270,6 @@ class KeySpace:
         by ``bucket_of``; the scripts work it out alike)."""
         return f"{self.prefix}runs:{bucket_of(run_id, defaults.RUN_BUCKETS)}"
 
-    def run_of_index(self, key: str) -> str | None:
-        """The run whose pending index ``key`` is (``pending_by_run``), or None for another
-        index."""
-        prefix = self.pending_by_run("")
-        return key[len(prefix) :] if key.startswith(prefix) else None
-
     def pending_by_type(self, request_type: str) -> str:
         """Pending handoffs of one request type."""
         return f"{self.prefix}pending:type:{request_type}"
@@ -376,3 +370,10 @@ def stored_index_keys(keys: KeySpace, stored: bytes | str) -> list[str]:
     ``{ns}:pending`` prefix they share (one written before is a whole key). Not a method of
     ``KeySpace``, whose methods each name a key."""
     return [key if key.startswith("{") else keys.pending + key for key in json.loads(stored)]
+
+
+def run_of_index(keys: KeySpace, key: str) -> str | None:
+    """The run whose pending index ``key`` is (``KeySpace.pending_by_run``), or None for
+    another index. Not a method of ``KeySpace``, whose methods each name a key."""
+    prefix = keys.pending_by_run("")
+    return key[len(prefix) :] if key.startswith(prefix) else None

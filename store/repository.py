@@ -41,7 +41,7 @@ from store.exceptions import (
     TooManyVotes,
 )
 from store.ids import new_handoff_id
-from store.keys import KeySpace, body_fields, trail_lines
+from store.keys import KeySpace, body_fields, run_of_index, trail_lines
 from store.lua import LuaScript, ReplicaAcks, confirmed_pipeline
 from store.metrics import via_class
 from store.models import (
@@ -576,7 +576,7 @@ class HandoffStore:
     def _single_of_run(self, key: str) -> str | None:
         """The pending id a run's index names in its bucket, or None for another index, a
         run with none, or one with a set (``*``)."""
-        run_id = self.keys.run_of_index(key)
+        run_id = run_of_index(self.keys, key)
         if run_id is None:
             return None
         held = self.redis.hget(self.keys.run_bucket(run_id), run_id)
