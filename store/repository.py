@@ -573,6 +573,36 @@ class HandoffStore:
             return 1
         return int(self.redis.zcard(key))
 
+    def index_positions(self, keys: list[str], first: str | None) -> tuple[int, int]:
+        """How many handoffs the pending indexes ``keys`` hold between them, and how many of
+        those sort before the id ``first`` (0 without it), in one round trip: a run's index
+        may be a field of its bucket (see ``index_range``), whose one handoff a sorted set's
+        ZCARD and ZLEXCOUNT would not count."""
+        pipe = self.redis.pipeline(transaction=False)
+        for key in keys:
+            run_id = self.keys.run_of_index(key)
+            if run_id is not None:
+                pipe.hget(self.keys.run_bucket(run_id), run_id)
+            pipe.zcard(key)
+            if first is not None:
+                pipe.zlexcount(key, "-", f"({first}")
+        answers: list[Any] = pipe.execute()
+        total = before = 0
+        at = 0
+        for key in keys:
+            held = None
+            if self.keys.run_of_index(key) is not None:
+                held, at = answers[at], at + 1
+            size, at = int(answers[at]), at + 1
+            earlier = 0
+            if first is not None:
+                earlier, at = int(answers[at]), at + 1
+            if held is not None and held != b"*":
+                single = as_text(held)
+                size, earlier = 1, int(first is not None and single < first)
+            total, before = total + size, before + earlier
+        return total, before
+
     def _single_of_run(self, key: str) -> str | None:
         """The pending id a run's index names in its bucket, or None for another index, a
         run with none, or one with a set (``*``)."""

@@ -25,7 +25,7 @@ import bisect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Protocol
 
 from bot.access.reviewers import ReviewerPolicy
 from bot.keys import BotKeys
@@ -310,15 +310,8 @@ class Listings:
     def _with_position(self, page: Listing, keys: list[str]) -> Listing:
         """The page with its total and offset, summed over ``keys`` (indexes that hold each
         handoff at most once between them)."""
-        pipe = self.store.redis.pipeline(transaction=False)
-        for key in keys:
-            pipe.zcard(key)
-            if page.items:
-                pipe.zlexcount(key, "-", f"({page.items[0].id}")
-        answers: list[Any] = pipe.execute()
-        step = 2 if page.items else 1
-        total = sum(int(answers[i]) for i in range(0, len(answers), step))
-        offset = sum(int(answers[i + 1]) for i in range(0, len(answers), step)) if page.items else 0
+        first = page.items[0].id if page.items else None
+        total, offset = self.store.index_positions(keys, first)
         return Listing(
             page.filter,
             page.items,
