@@ -40,7 +40,7 @@ from store.exceptions import (
     RequesterMayNotVote,
     TooManyVotes,
 )
-from store.ids import new_handoff_id
+from store.ids import is_handoff_id, new_handoff_id
 from store.keys import KeySpace, body_fields, run_of_index, trail_lines
 from store.lua import LuaScript, ReplicaAcks, confirmed_pipeline
 from store.metrics import via_class
@@ -300,6 +300,10 @@ class HandoffStore:
         handoff in the same atomic step, as ``policy:<rule name>``; ``routed=False`` skips it
         (a redelivery's request was routed when it was first created).
         """
+        if not is_handoff_id(handoff_id):
+            # Ids are the store's (``new_handoff_id``): the indexes take them as such (a
+            # run's bucket reads '*' as "see the run's set", so a handoff '*' would vanish).
+            raise ValueError(f"not a handoff id: {handoff_id!r} (use store.ids.new_handoff_id)")
         # Unset fields are left out (about 160 bytes of every stored handoff); reading the
         # request back gives them their defaults, None. Values inside the agent's own
         # dicts (args, metadata) are kept as they are, null or not.
