@@ -330,12 +330,14 @@ end
 -- Whether the digest an approval was read with (``sha256:<hex>``) is the one stored: whole
 -- (a voter's edit, a handoff written before 0.3), or, as CREATE stores it, its first 128
 -- bits without the prefix (store.canonical.stored_digest).
+-- Only a whole digest (the prefix and 64 lowercase hex digits) is compared with the 128 bits.
 local DIGEST_PREFIX = 'sha256:'
 local function digest_matches(stored, seen)
   if string.sub(stored, 1, #DIGEST_PREFIX) == DIGEST_PREFIX then return stored == seen end
-  return string.sub(seen, 1, #DIGEST_PREFIX) == DIGEST_PREFIX
+  return #stored == 32 and #seen == #DIGEST_PREFIX + 64
+      and string.sub(seen, 1, #DIGEST_PREFIX) == DIGEST_PREFIX
+      and not string.find(seen, '[^0-9a-f]', #DIGEST_PREFIX + 1)
       and string.sub(seen, #DIGEST_PREFIX + 1, #DIGEST_PREFIX + #stored) == stored
-      and #stored == 32
 end
 
 -- The 'created' event is stored without its detail, the request's run and type (see
