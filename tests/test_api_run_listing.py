@@ -28,7 +28,9 @@ def _pages(client: httpx.Client, run: str, limit: int) -> list[str]:
     ids: list[str] = []
     cursor = None
     while True:
-        params = {"run_id": run, "limit": limit, **({"cursor": cursor} if cursor else {})}
+        params: dict[str, str | int] = {"run_id": run, "limit": limit}
+        if cursor:
+            params["cursor"] = cursor
         answer = client.get("/v1/handoffs", params=params)
         assert answer.status_code == 200, answer.text
         page = answer.json()
@@ -57,7 +59,7 @@ def test_a_runs_pending_handoffs_are_listed_over_http(redis: Redis, api: str, ru
         "action": {"name": "refund", "args": {"amount": 30}},
     }
     made = []
-    for n in range(3):
+    for _ in range(3):
         created = agent.post("/v1/handoffs", json=body)
         assert created.status_code == 201, created.text
         made.append(created.json()["id"])

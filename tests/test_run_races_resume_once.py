@@ -43,7 +43,7 @@ def test_racing_creates_and_decisions_of_one_run_resume_each_resumable_handoff_o
                 thread_id="t",
                 action="ship",
                 args={"n": n, "i": i},
-                **({"resume": TARGET} if with_target else {}),
+                resume=TARGET if with_target else None,
             )
             with lock:
                 (resumable if with_target else silent).add(made.id)
