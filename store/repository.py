@@ -583,8 +583,8 @@ class HandoffStore:
         may be a field of its bucket (see ``index_range``), whose one handoff a sorted set's
         ZCARD and ZLEXCOUNT would not count."""
         pipe = self.redis.pipeline(transaction=False)
-        for key in keys:
-            run_id = self.keys.run_of_index(key)
+        runs = [run_of_index(self.keys, key) for key in keys]
+        for key, run_id in zip(keys, runs, strict=True):
             if run_id is not None:
                 pipe.hget(self.keys.run_bucket(run_id), run_id)
             pipe.zcard(key)
@@ -593,9 +593,9 @@ class HandoffStore:
         answers: list[Any] = pipe.execute()
         total = before = 0
         at = 0
-        for key in keys:
+        for run_id in runs:
             held = None
-            if self.keys.run_of_index(key) is not None:
+            if run_id is not None:
                 held, at = answers[at], at + 1
             size, at = int(answers[at]), at + 1
             earlier = 0
