@@ -230,6 +230,27 @@ def usage_by_kind(redis: Redis, namespace: str) -> dict[str, int]:
     return dict(totals)
 
 
+def lasting_and_expiring(redis: Redis, namespace: str) -> tuple[int, int]:
+    """``MEMORY USAGE`` (exact) of the namespace's keys without a TTL, and of those with one
+    (operation replies, job markers, rate counters: gone within minutes, whatever waits)."""
+    prefix = KeySpace(namespace).prefix
+    keys = [key.decode() for key in redis.scan_iter(match=f"{prefix}*", count=SCAN_BATCH)]
+    lasting = expiring = 0
+    for first in range(0, len(keys), SCAN_BATCH):
+        batch = keys[first : first + SCAN_BATCH]
+        with redis.pipeline(transaction=False) as pipe:
+            for key in batch:
+                pipe.memory_usage(key, samples=0)
+                pipe.pttl(key)
+            replies = pipe.execute()
+        for size, ttl in zip(replies[::2], replies[1::2], strict=True):
+            if int(ttl) > 0:
+                expiring += int(size or 0)
+            else:
+                lasting += int(size or 0)
+    return lasting, expiring
+
+
 @dataclass
 class Snapshot:
     """Memory of the namespace at one point, per handoff."""

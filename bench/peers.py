@@ -37,8 +37,10 @@ Figures, side by side and as ratios:
   HumanLayer's fixed 3-second poll, computed: a decision at a random moment of a 3 s
   period waits U(0, 3 s) for the next poll;
 - **storage per pending request**: ours, the sum of ``MEMORY USAGE`` of the run's
-  namespace keys once every request is created and posted, minus before, over the
-  requests (``bench.memory``); the peer's, the size of its SQLite files (database plus any
+  namespace keys without a TTL once every request is created and posted, minus before, over
+  the requests (``bench.memory``; what expires within minutes on its own, operation
+  replies and job markers, is shown apart: a request waiting for days does not keep it);
+  the peer's, the size of its SQLite files (database plus any
   ``-wal`` or ``-journal``) once every request is created, minus before, over the
   requests: its database runs in rollback-journal mode (``journal_mode=delete``), so a
   committed row is in the main file, and nothing is checkpointed or vacuumed;
@@ -99,7 +101,7 @@ from bench.clicks import (
     wait_until_posted,
 )
 from bench.common import Figure, RedisServer, Target
-from bench.memory import usage_by_kind
+from bench.memory import lasting_and_expiring
 from bench.our_stack import (
     SIGNING_SECRET,
     run_redis,
@@ -394,7 +396,11 @@ class Stack(Protocol):
         ...
 
     def storage_bytes(self) -> int:
-        """Bytes the product's storage holds now."""
+        """Bytes the product's storage holds now and keeps while requests wait."""
+        ...
+
+    def expiring_bytes(self) -> int:
+        """Bytes the product's storage holds now that it drops within minutes on its own."""
         ...
 
     def ready_for_decisions(self, ids: Sequence[str]) -> None:
@@ -433,6 +439,10 @@ class Side:
     commit_wake_ms: list[float] = field(default_factory=list)
     """Decision committed (the product's own record) -> the agent's wait returned it."""
     storage_bytes: float = math.nan
+    """Per pending request, what stays while it waits."""
+    expiring_bytes: float = 0.0
+    """Per pending request, what the product drops within minutes on its own (our operation
+    replies and job markers: a request waiting for days does not keep them)."""
     create_cpu: dict[str, float] = field(default_factory=dict)
     """CPU seconds of each process from the first create until all were ready for people."""
     decide_cpu: dict[str, float] = field(default_factory=dict)
@@ -480,7 +490,7 @@ def measure_side(
     agents.wait_for(lambda e: e.ready, "the agents were ready", START_TIMEOUT_SECONDS)
     clocks = stack.clocks() | {"agents": functools.partial(group_cpu_seconds, agents.pid)}
     create_meter, decide_meter = CpuMeter(clocks), CpuMeter(clocks)
-    before = stack.storage_bytes()
+    before, expiring_before = stack.storage_bytes(), stack.expiring_bytes()
     with create_meter.measure():
         agents.go()
         agents.wait_for(lambda e: e.creates is not None, "every create returned", options.timeout)
@@ -488,6 +498,7 @@ def measure_side(
         stack.ready_for_decisions(ids)
     created_at = time.monotonic()
     side.storage_bytes = (stack.storage_bytes() - before) / max(1, len(ids))
+    side.expiring_bytes = (stack.expiring_bytes() - expiring_before) / max(1, len(ids))
     decisions = stack.decisions(ids)
     failures = Failures()
     side.held_seconds = time.monotonic() - created_at
@@ -612,7 +623,10 @@ class OurStack:
         self.redis_background = max(0.0, (redis_cpu_seconds(self.redis) - before) / seconds)
 
     def storage_bytes(self) -> int:
-        return sum(usage_by_kind(self.redis, self.namespace).values())
+        return lasting_and_expiring(self.redis, self.namespace)[0]
+
+    def expiring_bytes(self) -> int:
+        return lasting_and_expiring(self.redis, self.namespace)[1]
 
     def ready_for_decisions(self, ids: Sequence[str]) -> None:
         wait_until_posted(self.handoffs, ids, self.processes, self.options.timeout)
@@ -806,6 +820,10 @@ class PeerStack:
         """The SQLite files' sizes: the database, and its -wal or -journal if present."""
         files = [self.database, *(Path(f"{self.database}{s}") for s in ("-wal", "-journal"))]
         return sum(path.stat().st_size for path in files if path.exists())
+
+    def expiring_bytes(self) -> int:
+        """Nothing in its database expires on its own."""
+        return 0
 
     def database_settings(self) -> str:
         """``journal_mode=delete, 4096-byte pages, ...`` read from the database file."""
@@ -1024,6 +1042,11 @@ class PeersReport:
                 for label, q in (("p50", 0.5), ("p99", 0.99))
             ),
             ("storage per pending request", [f"{s.storage_bytes:,.0f} B" for s in sides], "-"),
+            (
+                "  besides, gone within minutes",
+                [f"{s.expiring_bytes:,.0f} B" for s in sides],
+                "-",
+            ),
             (
                 "CPU per request: creating",
                 [f"{s.cpu_ms_per_request(s.create_cpu):.2f} ms" for s in sides],
