@@ -39,7 +39,16 @@ def test_a_retried_decision_waits_for_the_replica_to_have_the_first(
 ) -> None:
     master, replica = master_and_replica
     agent = Handoffs(Redis.from_url(master.url), replica_acks=ACKS)
-    created = agent.request_approval(run_id="r", thread_id="t", action="deploy", channel="C0HA")
+    # Created unconfirmed, then seen on the replica: on a loaded machine a replica just
+    # started can take longer than ACKS' 0.3 s to confirm the first write, which is not
+    # what this test is about.
+    creator = Handoffs(Redis.from_url(master.url))
+    created = creator.request_approval(run_id="r", thread_id="t", action="deploy", channel="C0HA")
+    copy = Redis(port=replica.port)
+    deadline = time.monotonic() + 10
+    while not copy.exists(creator.store.keys.handoff(created.id)):
+        assert time.monotonic() < deadline, "the replica never had the handoff"
+        time.sleep(0.01)
 
     assert replica.process is not None
     os.killpg(replica.process.pid, signal.SIGSTOP)  # connected, acknowledging nothing
