@@ -214,28 +214,11 @@ def key_kind(prefix: str, key: str) -> str:
     return f"other ({parts[0]})"
 
 
-def usage_by_kind(redis: Redis, namespace: str) -> dict[str, int]:
-    """Sum of ``MEMORY USAGE`` (exact: ``SAMPLES 0``) of the namespace's keys, by kind."""
+def _key_sizes(redis: Redis, namespace: str) -> Iterator[tuple[str, int, int]]:
+    """Each key of the namespace with its ``MEMORY USAGE`` (exact: ``SAMPLES 0``) and its
+    ``PTTL`` (negative: none), read in batches."""
     prefix = KeySpace(namespace).prefix
     keys = [key.decode() for key in redis.scan_iter(match=f"{prefix}*", count=SCAN_BATCH)]
-    totals: dict[str, int] = defaultdict(int)
-    for first in range(0, len(keys), SCAN_BATCH):
-        batch = keys[first : first + SCAN_BATCH]
-        with redis.pipeline(transaction=False) as pipe:
-            for key in batch:
-                pipe.memory_usage(key, samples=0)
-            sizes = pipe.execute()
-        for key, size in zip(batch, sizes, strict=True):
-            totals[key_kind(prefix, key)] += int(size or 0)
-    return dict(totals)
-
-
-def lasting_and_expiring(redis: Redis, namespace: str) -> tuple[int, int]:
-    """``MEMORY USAGE`` (exact) of the namespace's keys without a TTL, and of those with one
-    (operation replies, job markers, rate counters: gone within minutes, whatever waits)."""
-    prefix = KeySpace(namespace).prefix
-    keys = [key.decode() for key in redis.scan_iter(match=f"{prefix}*", count=SCAN_BATCH)]
-    lasting = expiring = 0
     for first in range(0, len(keys), SCAN_BATCH):
         batch = keys[first : first + SCAN_BATCH]
         with redis.pipeline(transaction=False) as pipe:
@@ -243,11 +226,28 @@ def lasting_and_expiring(redis: Redis, namespace: str) -> tuple[int, int]:
                 pipe.memory_usage(key, samples=0)
                 pipe.pttl(key)
             replies = pipe.execute()
-        for size, ttl in zip(replies[::2], replies[1::2], strict=True):
-            if int(ttl) > 0:
-                expiring += int(size or 0)
-            else:
-                lasting += int(size or 0)
+        for key, size, ttl in zip(batch, replies[::2], replies[1::2], strict=True):
+            yield key, int(size or 0), int(ttl)
+
+
+def usage_by_kind(redis: Redis, namespace: str) -> dict[str, int]:
+    """Sum of ``MEMORY USAGE`` of the namespace's keys, by kind."""
+    prefix = KeySpace(namespace).prefix
+    totals: dict[str, int] = defaultdict(int)
+    for key, size, _ in _key_sizes(redis, namespace):
+        totals[key_kind(prefix, key)] += size
+    return dict(totals)
+
+
+def lasting_and_expiring(redis: Redis, namespace: str) -> tuple[int, int]:
+    """``MEMORY USAGE`` of the namespace's keys without a TTL, and of those with one
+    (operation replies, job markers, rate counters: gone within minutes, whatever waits)."""
+    lasting = expiring = 0
+    for _, size, ttl in _key_sizes(redis, namespace):
+        if ttl > 0:
+            expiring += size
+        else:
+            lasting += size
     return lasting, expiring
 
 

@@ -395,12 +395,9 @@ class Stack(Protocol):
         """CPU clocks of the product's processes (the agents' are added)."""
         ...
 
-    def storage_bytes(self) -> int:
-        """Bytes the product's storage holds now and keeps while requests wait."""
-        ...
-
-    def expiring_bytes(self) -> int:
-        """Bytes the product's storage holds now that it drops within minutes on its own."""
+    def storage_bytes(self) -> tuple[int, int]:
+        """Bytes the product's storage holds now: what it keeps while requests wait, and what
+        it drops within minutes on its own."""
         ...
 
     def ready_for_decisions(self, ids: Sequence[str]) -> None:
@@ -490,15 +487,16 @@ def measure_side(
     agents.wait_for(lambda e: e.ready, "the agents were ready", START_TIMEOUT_SECONDS)
     clocks = stack.clocks() | {"agents": functools.partial(group_cpu_seconds, agents.pid)}
     create_meter, decide_meter = CpuMeter(clocks), CpuMeter(clocks)
-    before, expiring_before = stack.storage_bytes(), stack.expiring_bytes()
+    before, expiring_before = stack.storage_bytes()
     with create_meter.measure():
         agents.go()
         agents.wait_for(lambda e: e.creates is not None, "every create returned", options.timeout)
         ids = [agents.events.created[i] for i in sorted(agents.events.created)]
         stack.ready_for_decisions(ids)
     created_at = time.monotonic()
-    side.storage_bytes = (stack.storage_bytes() - before) / max(1, len(ids))
-    side.expiring_bytes = (stack.expiring_bytes() - expiring_before) / max(1, len(ids))
+    lasting, expiring = stack.storage_bytes()
+    side.storage_bytes = (lasting - before) / max(1, len(ids))
+    side.expiring_bytes = (expiring - expiring_before) / max(1, len(ids))
     decisions = stack.decisions(ids)
     failures = Failures()
     side.held_seconds = time.monotonic() - created_at
@@ -622,11 +620,8 @@ class OurStack:
         seconds = time.monotonic() - started
         self.redis_background = max(0.0, (redis_cpu_seconds(self.redis) - before) / seconds)
 
-    def storage_bytes(self) -> int:
-        return lasting_and_expiring(self.redis, self.namespace)[0]
-
-    def expiring_bytes(self) -> int:
-        return lasting_and_expiring(self.redis, self.namespace)[1]
+    def storage_bytes(self) -> tuple[int, int]:
+        return lasting_and_expiring(self.redis, self.namespace)
 
     def ready_for_decisions(self, ids: Sequence[str]) -> None:
         wait_until_posted(self.handoffs, ids, self.processes, self.options.timeout)
@@ -816,14 +811,11 @@ class PeerStack:
     def clocks(self) -> dict[str, Callable[[], float]]:
         return {"peer": functools.partial(group_cpu_seconds, self.processes.running["peer"].pid)}
 
-    def storage_bytes(self) -> int:
-        """The SQLite files' sizes: the database, and its -wal or -journal if present."""
+    def storage_bytes(self) -> tuple[int, int]:
+        """The SQLite files' sizes: the database, and its -wal or -journal if present
+        (nothing in it expires on its own)."""
         files = [self.database, *(Path(f"{self.database}{s}") for s in ("-wal", "-journal"))]
-        return sum(path.stat().st_size for path in files if path.exists())
-
-    def expiring_bytes(self) -> int:
-        """Nothing in its database expires on its own."""
-        return 0
+        return sum(path.stat().st_size for path in files if path.exists()), 0
 
     def database_settings(self) -> str:
         """``journal_mode=delete, 4096-byte pages, ...`` read from the database file."""

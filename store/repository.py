@@ -601,8 +601,8 @@ class HandoffStore:
             earlier = 0
             if first is not None:
                 earlier, at = int(answers[at]), at + 1
-            if held is not None and held != b"*":
-                single = as_text(held)
+            single = _run_single(held)
+            if single is not None:
                 size, earlier = 1, int(first is not None and single < first)
             total, before = total + size, before + earlier
         return total, before
@@ -613,8 +613,7 @@ class HandoffStore:
         run_id = run_of_index(self.keys, key)
         if run_id is None:
             return None
-        held = self.redis.hget(self.keys.run_bucket(run_id), run_id)
-        return None if held is None or held == b"*" else as_text(held)
+        return _run_single(self.redis.hget(self.keys.run_bucket(run_id), run_id))
 
     def count_pending(self, index_key: str | None = None) -> int:
         """How many handoffs an index holds (default: all pending)."""
@@ -1544,6 +1543,12 @@ def _unanswered_verdict(unanswered: PostWindow | Literal["unchanged"] | None) ->
         return "none"
     assert isinstance(unanswered, PostWindow)
     return unanswered.to_stored()
+
+
+def _run_single(held: bytes | str | None) -> str | None:
+    """The one pending id a run's bucket field names; None for no field, or for ``*`` (the
+    run's sorted set holds its handoffs)."""
+    return None if held is None or held in (b"*", "*") else as_text(held)
 
 
 def _lex_above(member: str, bound: str) -> bool:
