@@ -79,21 +79,28 @@ UNCONFIRMED_START_DEFER_SECONDS = 10.0
 is put off, as a deferral that spends no attempt (up to ``MAX_DEFERRALS`` a round): a replica
 down for minutes must not use up a delivery's attempts and close its handoff undeliverable."""
 
-LOOKUP_BUCKETS = 1024
-"""Idempotency keys and Slack message links are fields of this many small hashes each
-(``store.keys.lookup_bucket``), not of one big one: a hash of up to 128 short fields is a
-listpack, about 50 bytes a field where a big hash's table spends about 100 (``bench/memory.py``),
-so up to about 130,000 of each stay compact. Changing it loses the ones written before."""
+LOOKUP_FIRST_LEVEL = 4
+"""Idempotency keys, Slack message links and runs with one pending handoff are fields of
+small hashes, ``2**level`` of them a level (``store.keys.KeySpace.lookup_bucket``), not of
+one big hash or a key each: a hash of up to 128 short fields is a listpack, about 30 to 50
+bytes a field, where a big hash's table spends about 100 and a key of its own about 90. The
+first level has 16 hashes; the next level is opened when a hash of the current one reaches
+``LOOKUP_GROW_AT`` fields, and new fields go there. A field never moves: a lookup reads
+each level, newest first (a few microseconds each, inside the scripts). So the hashes stay
+listpacks and about full from the first handoff to the millionth, where a fixed count of
+hashes is either sparse (a key per field, at a small deployment) or overfull (a hashtable,
+at a large one)."""
+
+LOOKUP_GROW_AT = 96
+"""Fields of a lookup hash at which its kind's next level is opened: below the 128 fields
+up to which Redis keeps a hash a listpack (``hash-max-listpack-entries``, 128 by default),
+with room to spare for a server configured a little lower."""
+
+LOOKUP_LAST_LEVEL = 24
+"""The deepest level (16 million hashes): past it, fields go on being added to its hashes."""
 
 DEADLINE_BUCKETS = 128
 """Pending handoffs' deadlines are spread over this many sorted sets (by the SHA-1 of the
 id; ``store.keys.deadline_bucket``), each a listpack while it holds at most 128 (about 40
 bytes an entry where one big set spends about 130): compact up to about 16,000 handoffs with
 a deadline. The expiry sweep reads each (a few microseconds apiece)."""
-
-RUN_BUCKETS = 1024
-"""A run's pending handoff, while it has one, is a field of one of this many small hashes
-(``{ns}:runs:<n>``, by the SHA-1 of the run id; ``store.keys.KeySpace.run_bucket``): most
-runs wait on one handoff at a time, and a sorted set of its own for each costs about 180
-bytes (the key, its entry in the keyspace, the set) where a field costs about 50. A run with
-two or more gets its set (``{ns}:pending:run:<run_id>``) and the field says so (``*``)."""

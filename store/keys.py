@@ -26,8 +26,8 @@ key                                    type    contents
                                                ``e``), or, while its handoff is pending,
                                                where it is in the trail (``p``, ``i``)
 ``{ns}:idemkeys:<n>``                  hash    idempotency key -> the handoff id created
-                                               under it, in bucket ``lookup_bucket(key)``
-                                               (before 0.3: one hash ``{ns}:idem``; before
+                                               under it, a lookup hash (below; before 0.3:
+                                               one hash ``{ns}:idem``; before
                                                0.2: ``{ns}:idem:<key>``, a string each;
                                                both still read)
 ``{ns}:idembody:<key>``                string  the HTTP API's digest of the body first
@@ -36,9 +36,8 @@ key                                    type    contents
                                                in its type's index too; drains as they close)
 ``{ns}:pending:channel:<channel>``     zset    pending ids routed to a channel
 ``{ns}:runs:<n>``                      hash    run id -> the pending id of a run that
-                                               has one, or ``*``: see its set below
-                                               (``run_bucket``; every run before 0.3 had
-                                               a set)
+                                               has one, or ``*``: see its set below (a
+                                               lookup hash; every run before 0.3 had a set)
 ``{ns}:pending:run:<run_id>``          zset    pending ids of an agent run with two or
                                                more (read through ``HandoffStore``'s
                                                ``index_range``/``index_size``)
@@ -56,8 +55,8 @@ key                                    type    contents
 ``{ns}:job:<task>:<id>``               string  id of the RQ job last dispatched for a task
                                                (expires)
 ``{ns}:msglinks:<n>``                  hash    ``<channel>:<ts>`` of a posted Slack
-                                               message -> its handoff id, in bucket
-                                               ``lookup_bucket(<channel>:<ts>)`` (before
+                                               message -> its handoff id, a lookup hash
+                                               (before
                                                0.3: one hash ``{ns}:msgs``; before 0.2:
                                                ``{ns}:msg:<channel>:<ts>``; still read)
 ``{ns}:event:<event_id>``              string  Slack event already handled (expires)
@@ -68,6 +67,7 @@ key                                    type    contents
 ``{ns}:budget:<name>:held``            zset    holder -> the call kept for it (ms; expires)
 ``{ns}:retention``                     zset    decided id -> when it may be purged (ms)
 ``{ns}:wake``                          list    at most one token; wakes the dispatcher
+``{ns}:levels``                        hash    lookup kind -> its current level (below)
 ``{ns}:decided:<id>``                  pubsub  status published when the handoff is decided
 ``{ns}:apikey:<sha256>``               string  an API key's record (JSON), by its key's hash
 ``{ns}:apikeys``                       hash    API key name -> its key's hash
@@ -103,7 +103,13 @@ or resume flag (the request says both), names its policy by 8 hex digits, and dr
 finished attempt's start. Idempotency keys, message links, deadlines and the index of each
 run with one pending handoff are fields of small bucket hashes or sets (a listpack each, a
 few tens of bytes an entry, where one big hash or set spends about 100 and a set of its own
-per run about 180). Handoffs written by 0.2 are read, decided, expired and purged as they are
+per run about 180). The lookup hashes (``idemkeys``, ``msglinks``, ``runs``) come in levels
+so that they stay about full at any size: level ``l`` has ``2**l`` hashes, numbered from
+``2**l`` (``KeySpace.lookup_bucket``); a field is added to the current level's hash by
+``bucket_of`` its name and never moves; when that hash reaches ``defaults.LOOKUP_GROW_AT``
+fields the kind's level in ``{ns}:levels`` goes up by one; a lookup reads the levels newest
+first (``lookup_find`` in ``store.scripts``; ``HandoffStore.looked_up``). Handoffs
+written by 0.2 are read, decided, expired and purged as they are
 (``tests/test_storage_compact.py``).
 
 Handoff hashes have no TTL: a pending handoff never disappears on its own, and a decided
@@ -170,16 +176,16 @@ def trail_lines(body: bytes | None) -> list[bytes]:
 
 
 def bucket_of(name: str, buckets: int) -> int:
-    """Which of ``buckets`` keys holds ``name``: the first 16 bits of the SHA-1 of its UTF-8
+    """Which of ``buckets`` keys holds ``name``: the first 32 bits of the SHA-1 of its UTF-8
     bytes, modulo the count. The scripts work it out the same way (``bucket_of`` in
     ``store.scripts``)."""
-    return int(hashlib.sha1(name.encode()).hexdigest()[:4], 16) % buckets
+    return int(hashlib.sha1(name.encode()).hexdigest()[:8], 16) % buckets
 
 
-def lookup_bucket(name: str) -> int:
-    """Which of ``defaults.LOOKUP_BUCKETS`` hashes holds an idempotency key or a message
-    link (``bucket_of``)."""
-    return bucket_of(name, defaults.LOOKUP_BUCKETS)
+LOOKUP_KINDS = ("idemkeys", "msglinks", "runs")
+"""What the lookup hashes hold (``KeySpace.lookup_bucket``): idempotency key -> handoff id,
+``<channel>:<ts>`` of a posted Slack message -> handoff id, run id -> its one pending
+handoff's id (or ``*``)."""
 
 
 @dataclass(frozen=True)
@@ -222,15 +228,23 @@ class KeySpace:
         """The namespace-wide audit stream."""
         return f"{self.prefix}audit"
 
-    def idempotency_ids(self, key: str) -> str:
-        """The hash holding the handoff id created under idempotency key ``key`` (one of
-        ``defaults.LOOKUP_BUCKETS``; ``lookup_bucket``)."""
-        return f"{self.prefix}idemkeys:{lookup_bucket(key)}"
+    def lookup_bucket(self, kind: str, name: str, level: int) -> str:
+        """The hash of ``level`` that would hold ``name`` of a lookup ``kind``
+        (``LOOKUP_KINDS``; ``defaults.LOOKUP_FIRST_LEVEL``): level ``l`` has ``2**l``
+        hashes, numbered on from ``2**l`` so that no two levels share one. Which level holds
+        a name is for the scripts to find (``HandoffStore.looked_up``)."""
+        buckets = 2**level
+        return f"{self.prefix}{kind}:{buckets + bucket_of(name, buckets)}"
+
+    @functools.cached_property
+    def lookup_levels(self) -> str:
+        """The lookup kinds' current levels (a hash; a kind absent is at the first)."""
+        return f"{self.prefix}levels"
 
     @functools.cached_property
     def idempotency_ids_before(self) -> str:
         """Idempotency keys -> the handoff id created under each, in one hash for the
-        namespace, as they were kept before ``idempotency_ids`` (still read)."""
+        namespace, as they were kept before the ``idemkeys`` lookup hashes (still read)."""
         return f"{self.prefix}idem"
 
     def idempotency_body(self, key: str) -> str:
@@ -240,9 +254,9 @@ class KeySpace:
         return f"{self.prefix}idembody:{key}"
 
     def idempotency(self, key: str) -> str:
-        """Where the id created under an idempotency key was remembered before
-        ``idempotency_ids`` (still read); the HTTP API keeps the key's body digest at this
-        name and ``:body``."""
+        """Where the id created under an idempotency key was remembered before the
+        ``idemkeys`` lookup hashes (still read); the HTTP API keeps the key's body digest
+        at this name and ``:body``."""
         return f"{self.prefix}idem:{key}"
 
     @functools.cached_property
@@ -257,18 +271,13 @@ class KeySpace:
 
     def pending_by_run(self, run_id: str) -> str:
         """Pending handoffs of one agent run: the name by which the store and its scripts
-        know a run's index, which holds them in ``run_bucket`` while there is one and in a
-        sorted set of this name from two on."""
+        know a run's index, which holds them in a ``runs`` lookup field while there is one and
+        in a sorted set of this name from two on."""
         return f"{self.prefix}pending:run:{run_id}"
 
     def pending_by_reviewer(self, reviewer: str) -> str:
         """Pending handoffs a reviewer (user or user group id) may decide."""
         return f"{self.prefix}pending:reviewer:{reviewer}"
-
-    def run_bucket(self, run_id: str) -> str:
-        """The hash in which a run with one pending handoff names it (``defaults.RUN_BUCKETS``,
-        by ``bucket_of``; the scripts work it out alike)."""
-        return f"{self.prefix}runs:{bucket_of(run_id, defaults.RUN_BUCKETS)}"
 
     def pending_by_type(self, request_type: str) -> str:
         """Pending handoffs of one request type."""
@@ -313,19 +322,15 @@ class KeySpace:
         """The RQ job last dispatched for a task (``deliver``, ``resume``...) of a handoff."""
         return f"{self.prefix}job:{task}:{handoff_id}"
 
-    def message_links(self, link: str) -> str:
-        """The hash holding which handoff the Slack message ``link`` (``<channel>:<ts>``)
-        shows (one of ``defaults.LOOKUP_BUCKETS``, as ``idempotency_ids``)."""
-        return f"{self.prefix}msglinks:{lookup_bucket(link)}"
-
     @functools.cached_property
     def message_links_before(self) -> str:
         """``<channel>:<ts>`` of each posted Slack message -> the handoff it shows, in one
-        hash for the namespace, as they were kept before ``message_links`` (still read)."""
+        hash for the namespace, as they were kept before the ``msglinks`` lookup hashes (still
+        read)."""
         return f"{self.prefix}msgs"
 
     def message_link(self, channel: str, ts: str) -> str:
-        """Which handoff a posted Slack message belonged to, before ``message_links``
+        """Which handoff a posted Slack message belonged to, before the ``msglinks`` lookups
         (still read)."""
         return f"{self.prefix}msg:{channel}:{ts}"
 

@@ -10,7 +10,7 @@ import math
 import os
 import re
 import secrets
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal, NamedTuple
@@ -274,6 +274,8 @@ class HandoffStore:
                 "RECORD_AUDIT",
                 "REASSIGN",
                 "LINK_REDELIVERY",
+                "LINK_MESSAGE",
+                "LOOK_UP",
                 "TAKE_BUDGET",
                 "READ",
                 "READ_MANY",
@@ -302,7 +304,7 @@ class HandoffStore:
         """
         if not is_handoff_id(handoff_id):
             # Ids are the store's (``new_handoff_id``): the indexes take them as such (a
-            # run's bucket reads '*' as "see the run's set", so a handoff '*' would vanish).
+            # run's lookup field reads '*' as "see the run's set", so a handoff '*' would vanish).
             raise ValueError(f"not a handoff id: {handoff_id!r} (use store.ids.new_handoff_id)")
         # Unset fields are left out (about 160 bytes of every stored handoff); reading the
         # request back gives them their defaults, None. Values inside the agent's own
@@ -561,8 +563,8 @@ class HandoffStore:
     ) -> list[str]:
         """Up to ``num`` ids of the pending index ``key`` between the lexical bounds ``low``
         and ``high`` (as ``ZRANGE ... BYLEX`` takes them: ``-``, ``+``, ``(id``, ``[id``;
-        with ``desc``, from ``low`` down to ``high``). A run's index is a field of its bucket
-        while the run has one pending handoff (``KeySpace.run_bucket``)."""
+        with ``desc``, from ``low`` down to ``high``). A run's index is a ``runs`` lookup field
+        while the run has one pending handoff (``store.keys``)."""
         single = self._single_of_run(key)
         if single is not None:
             lowest, highest = (high, low) if desc else (low, high)
@@ -579,14 +581,13 @@ class HandoffStore:
 
     def index_positions(self, keys: list[str], first: str | None) -> tuple[int, int]:
         """How many handoffs the pending indexes ``keys`` hold between them, and how many of
-        those sort before the id ``first`` (0 without it), in one round trip: a run's index
-        may be a field of its bucket (see ``index_range``), whose one handoff a sorted set's
-        ZCARD and ZLEXCOUNT would not count."""
-        pipe = self.redis.pipeline(transaction=False)
+        those sort before the id ``first`` (0 without it), in one round trip (two with a run's
+        index among them: it may be a lookup field, see ``index_range``, whose one handoff
+        a sorted set's ZCARD and ZLEXCOUNT would not count)."""
         runs = [run_of_index(self.keys, key) for key in keys]
-        for key, run_id in zip(keys, runs, strict=True):
-            if run_id is not None:
-                pipe.hget(self.keys.run_bucket(run_id), run_id)
+        singles = iter(self.looked_up("runs", [run for run in runs if run is not None]))
+        pipe = self.redis.pipeline(transaction=False)
+        for key in keys:
             pipe.zcard(key)
             if first is not None:
                 pipe.zlexcount(key, "-", f"({first}")
@@ -594,9 +595,7 @@ class HandoffStore:
         total = before = 0
         at = 0
         for run_id in runs:
-            held = None
-            if run_id is not None:
-                held, at = answers[at], at + 1
+            held = next(singles) if run_id is not None else None
             size, at = int(answers[at]), at + 1
             earlier = 0
             if first is not None:
@@ -608,12 +607,12 @@ class HandoffStore:
         return total, before
 
     def _single_of_run(self, key: str) -> str | None:
-        """The pending id a run's index names in its bucket, or None for another index, a
+        """The pending id a run's index names in its lookup field, or None for another index, a
         run with none, or one with a set (``*``)."""
         run_id = run_of_index(self.keys, key)
         if run_id is None:
             return None
-        return _run_single(self.redis.hget(self.keys.run_bucket(run_id), run_id))
+        return _run_single(self.looked_up("runs", [run_id])[0])
 
     def count_pending(self, index_key: str | None = None) -> int:
         """How many handoffs an index holds (default: all pending)."""
@@ -1180,28 +1179,44 @@ class HandoffStore:
         (``purge_decided``) finds and removes each link. No set of links is kept besides:
         it would cost about 280 bytes per posted handoff.
         """
-        link = f"{channel}:{ts}"
-        self.redis.hset(self.keys.message_links(link), link, handoff_id)
+        self._scripts["LINK_MESSAGE"](
+            keys=[self.keys.lookup_levels], args=[self.keys.prefix, f"{channel}:{ts}", handoff_id]
+        )
+
+    def looked_up(self, kind: str, names: Sequence[str]) -> list[str | None]:
+        """What each of ``names`` of a lookup ``kind`` (``store.keys.LOOKUP_KINDS``) says,
+        None where nothing: from its lookup hash, at whichever level it is (one round
+        trip)."""
+        if not names:
+            return []
+        found = self._scripts["LOOK_UP"](
+            keys=[self.keys.lookup_levels], args=[self.keys.prefix, kind, *names]
+        )
+        return [as_text(value) if value else None for value in found]
 
     def handoff_for_message(self, channel: str, ts: str) -> str | None:
         """The id of the handoff shown by a Slack message, if any."""
         link = f"{channel}:{ts}"
+        (looked,) = self.looked_up("msglinks", [link])
+        if looked is not None:
+            return looked
         with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hget(self.keys.message_links(link), link)
-            pipe.hget(self.keys.message_links_before, link)  # linked before the buckets
+            pipe.hget(self.keys.message_links_before, link)  # linked before the lookups
             pipe.get(self.keys.message_link(channel, ts))  # linked before the hash
             values = [v for v in pipe.execute() if v is not None]
         return as_text(values[0]) if values else None
 
     def created_under(self, idempotency_key: str) -> str | None:
         """The id of the handoff created under ``idempotency_key``, if one exists."""
+        (looked,) = self.looked_up("idemkeys", [idempotency_key])
+        if looked is not None:
+            return looked
         with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hget(self.keys.idempotency_ids(idempotency_key), idempotency_key)
-            pipe.hget(self.keys.idempotency_ids_before, idempotency_key)  # before the buckets
+            pipe.hget(self.keys.idempotency_ids_before, idempotency_key)  # before the lookups
             pipe.get(self.keys.idempotency(idempotency_key))  # created before the hash
-            in_bucket, in_hash, before = pipe.execute()
-        if in_bucket is not None or in_hash is not None:
-            return as_text(in_bucket if in_bucket is not None else in_hash)
+            in_hash, before = pipe.execute()
+        if in_hash is not None:
+            return as_text(in_hash)
         # The HTTP API kept a key's body digest (64 hex digits, never a handoff id) at
         # ``idempotency(key) + ":body"`` before ``idempotency_body``; such digests live
         # until they expire, and what the key ``<key>:body`` finds there names no handoff.
@@ -1546,7 +1561,7 @@ def _unanswered_verdict(unanswered: PostWindow | Literal["unchanged"] | None) ->
 
 
 def _run_single(held: bytes | str | None) -> str | None:
-    """The one pending id a run's bucket field names; None for no field, or for ``*`` (the
+    """The one pending id a run's lookup field names; None for no field, or for ``*`` (the
     run's sorted set holds its handoffs)."""
     return None if held is None or held in (b"*", "*") else as_text(held)
 

@@ -21,9 +21,10 @@ PRELUDE = (
 local P = ARGV[1]
 """
     + f"local MAX_VOTES = {defaults.MAX_VOTES}\n"
-    + f"local LOOKUP_BUCKETS = {defaults.LOOKUP_BUCKETS}\n"
+    + f"local LOOKUP_FIRST_LEVEL = {defaults.LOOKUP_FIRST_LEVEL}\n"
+    + f"local LOOKUP_GROW_AT = {defaults.LOOKUP_GROW_AT}\n"
+    + f"local LOOKUP_LAST_LEVEL = {defaults.LOOKUP_LAST_LEVEL}\n"
     + f"local DEADLINE_BUCKETS = {defaults.DEADLINE_BUCKETS}\n"
-    + f"local RUN_BUCKETS = {defaults.RUN_BUCKETS}\n"
     + f"local DECISION_BUCKETS = {{{', '.join(map(str, defaults.DECISION_SECONDS_BUCKETS))}}}\n"
     + """
 local EVENTS = {
@@ -380,14 +381,63 @@ local function attempt_route(hkey, k)
   return route or '?'
 end
 
--- The small hash that holds an idempotency key ('idemkeys') or a message link
--- ('msglinks'): store.keys.lookup_bucket works it out the same way.
+-- Which of ``buckets`` keys holds ``name`` (store.keys.bucket_of works it out the same
+-- way: the first 32 bits of its SHA-1, exact in a Lua number).
 local function bucket_of(name, buckets)
-  return tonumber(string.sub(redis.sha1hex(name), 1, 4), 16) % buckets
+  return tonumber(string.sub(redis.sha1hex(name), 1, 8), 16) % buckets
 end
 
-local function lookup_key(kind, name)
-  return P .. kind .. ':' .. bucket_of(name, LOOKUP_BUCKETS)
+-- The lookup hashes (store.keys, KeySpace.lookup_bucket): idempotency keys ('idemkeys'),
+-- message links ('msglinks') and runs with one pending handoff ('runs') are fields of
+-- small hashes in levels, 2^l hashes at level l, numbered from 2^l. A field is added at
+-- its kind's current level and never moves; the level goes up once the hash just added to
+-- holds LOOKUP_GROW_AT fields, so every hash stays a listpack and about full.
+local function lookup_level(kind)
+  return tonumber(redis.call('HGET', P .. 'levels', kind)) or LOOKUP_FIRST_LEVEL
+end
+
+local function lookup_bucket(kind, name, level)
+  local buckets = 2 ^ level
+  return P .. kind .. ':' .. string.format('%d', buckets + bucket_of(name, buckets))
+end
+
+-- The hash holding ``name`` of ``kind`` and its value, newest level first; nil if none.
+local function lookup_find(kind, name)
+  for level = lookup_level(kind), LOOKUP_FIRST_LEVEL, -1 do
+    local key = lookup_bucket(kind, name, level)
+    local value = redis.call('HGET', key, name)
+    if value then return key, value end
+  end
+  return nil, nil
+end
+
+local function lookup_get(kind, name)
+  local _, value = lookup_find(kind, name)
+  return value
+end
+
+-- Set ``name`` of ``kind`` to ``value``: where it is, else at the current level.
+local function lookup_set(kind, name, value)
+  local key = lookup_find(kind, name)
+  if key then
+    redis.call('HSET', key, name, value)
+    return
+  end
+  local level = lookup_level(kind)
+  key = lookup_bucket(kind, name, level)
+  redis.call('HSET', key, name, value)
+  if level < LOOKUP_LAST_LEVEL and redis.call('HLEN', key) >= LOOKUP_GROW_AT then
+    redis.call('HSET', P .. 'levels', kind, level + 1)
+  end
+end
+
+-- Remove ``name`` of ``kind`` where it is, if it says ``value`` (any value without one);
+-- true when removed.
+local function lookup_remove(kind, name, value)
+  local key, held = lookup_find(kind, name)
+  if not key or (value and held ~= value) then return false end
+  redis.call('HDEL', key, name)
+  return true
 end
 
 -- The sorted set holding a pending handoff's deadline (store.keys.deadline_bucket).
@@ -396,66 +446,63 @@ local function deadline_key(id)
 end
 
 -- A pending index: a sorted set (score 0, ordered by id), except a run's while the run has
--- one pending handoff: a field of a small hash, {ns}:runs:<n>, names it, and the run's set
--- (the index's key) exists from the second one on, the field then saying '*'. A run's
--- set written before (0.2) without a field is used as it is. HandoffStore.index_range
--- and index_size read both.
-local function run_field(key)
+-- one pending handoff: a 'runs' lookup field names it, and the run's set (the index's key)
+-- exists from the second one on, the field then saying '*'. A run's set written before
+-- (0.2) without a field is used as it is. HandoffStore.index_range and index_size read
+-- both.
+local function run_of(key)
   local prefix = P .. 'pending:run:'
   if string.sub(key, 1, #prefix) ~= prefix then return nil end
-  local run = string.sub(key, #prefix + 1)
-  return P .. 'runs:' .. bucket_of(run, RUN_BUCKETS), run
+  return string.sub(key, #prefix + 1)
 end
 
 local function index_add(key, id)
-  local bucket, run = run_field(key)
-  if not bucket then
+  local run = run_of(key)
+  if not run then
     redis.call('ZADD', key, 0, id)
     return
   end
-  local held = redis.call('HGET', bucket, run)
+  local held = lookup_get('runs', run)
   if held == id then return end
   if not held and redis.call('EXISTS', key) == 0 then
-    redis.call('HSET', bucket, run, id)
+    lookup_set('runs', run, id)
     return
   end
   if held and held ~= '*' then redis.call('ZADD', key, 0, held) end
   redis.call('ZADD', key, 0, id)
-  if held ~= '*' then redis.call('HSET', bucket, run, '*') end
+  if held ~= '*' then lookup_set('runs', run, '*') end
 end
 
 local function index_remove(key, id)
-  local bucket, run = run_field(key)
-  if not bucket then
+  local run = run_of(key)
+  if not run then
     redis.call('ZREM', key, id)
     return
   end
-  local held = redis.call('HGET', bucket, run)
+  local held = lookup_get('runs', run)
   if held == id then
-    redis.call('HDEL', bucket, run)
+    lookup_remove('runs', run)
     return
   end
   redis.call('ZREM', key, id)
-  if held == '*' and redis.call('EXISTS', key) == 0 then redis.call('HDEL', bucket, run) end
+  if held == '*' and redis.call('EXISTS', key) == 0 then lookup_remove('runs', run) end
 end
 
--- Where an idempotency key or a message link is found: its bucket, else the one hash of
--- the namespace they were kept in before the buckets. The key of its own each had before
+-- Where an idempotency key or a message link is found: its lookup hash, else the one hash
+-- of the namespace they were kept in before the lookups. The key of its own each had before
 -- that is looked at by the callers, which know its name.
 local function looked_up(kind, before, name)
-  return redis.call('HGET', lookup_key(kind, name), name) or redis.call('HGET', P .. before, name)
+  return lookup_get(kind, name) or redis.call('HGET', P .. before, name)
 end
 
 -- Remove a lookup that still names ``id``, wherever it is (both places: a message linked
--- before the buckets may be linked again in its bucket by an attempt that finds it); true
--- when one was removed.
+-- before the lookups may be linked again by an attempt that finds it); true when one was
+-- removed.
 local function unlink(kind, before, name, id)
-  local removed = false
-  for _, key in ipairs({lookup_key(kind, name), P .. before}) do
-    if redis.call('HGET', key, name) == id then
-      redis.call('HDEL', key, name)
-      removed = true
-    end
+  local removed = lookup_remove(kind, name, id)
+  if redis.call('HGET', P .. before, name) == id then
+    redis.call('HDEL', P .. before, name)
+    removed = true
   end
   return removed
 end
@@ -964,7 +1011,7 @@ if #ARGV[3] > DERIVED_INDEXES_UP_TO
   body.indexes = listed
 end
 if (ARGV[10] or '') ~= '' then redis.call('HSET', hkey, 'quorum', ARGV[10]) end
-if idem ~= '' then redis.call('HSET', lookup_key('idemkeys', idem), idem, id) end
+if idem ~= '' then lookup_set('idemkeys', idem, id) end
 for _, key in ipairs(indexes) do index_add(key, id) end
 if expires_at > 0 then redis.call('ZADD', deadline_key(id), expires_at, id) end
 redis.call('ZADD', P .. 'outbox', now, 'deliver:' .. id)
@@ -1443,6 +1490,29 @@ if redis.call('EXISTS', KEYS[2]) == 1 then
   audit(ARGV[3], 'redelivered', ARGV[4], now_ms(), {handoff_id = ARGV[2], channel = ARGV[5]})
 end
 return {'ok'}
+"""
+)
+
+# KEYS[1] the lookup levels ({ns}:levels: names the slot on a cluster).
+# ARGV: prefix, kind ('idemkeys', 'msglinks', 'runs'), then names.
+# The value of each name (nil where none), from its lookup hash, whatever the level.
+LOOK_UP = (
+    PRELUDE
+    + """
+local found = {}
+for i = 3, #ARGV do found[i - 2] = lookup_get(ARGV[2], ARGV[i]) or false end
+return found
+"""
+)
+
+# KEYS[1] the lookup levels ({ns}:levels).  ARGV: prefix, '<channel>:<ts>', handoff id.
+# Link a posted Slack message to its handoff (its lookup field, where it is or at the level
+# it is added to).
+LINK_MESSAGE = (
+    PRELUDE
+    + """
+lookup_set('msglinks', ARGV[2], ARGV[3])
+return 1
 """
 )
 

@@ -45,7 +45,9 @@ def every_key(keys: KeySpace, sample: str) -> dict[str, str]:
             names[name] = getattr(keys, name)
         elif inspect.isfunction(member):
             method = getattr(keys, name)
-            arguments = [sample] * len(inspect.signature(method).parameters)
+            parameters = inspect.signature(method).parameters.values()
+            # A number where a method takes one (a lookup hash's level), else the sample.
+            arguments = [7 if p.annotation in (int, "int") else sample for p in parameters]
             names[name] = method(*arguments)
     return names
 

@@ -280,8 +280,9 @@ def test_buckets_are_worked_out_alike_by_store_and_scripts(
             _request(f"run-bucket-{n}", idempotency_key=key), handoff_id=new_handoff_id()
         ).handoff
         assert store.created_under(key) == made.id
-        bucket = store.keys.idempotency_ids(key)
-        assert bucket.endswith(f":{bucket_of(key, defaults.LOOKUP_BUCKETS)}")
+        level = defaults.LOOKUP_FIRST_LEVEL  # a new namespace's
+        bucket = store.keys.lookup_bucket("idemkeys", key, level)
+        assert bucket.endswith(f":{2**level + bucket_of(key, 2**level)}")
         assert redis.hget(bucket, key) == made.id.encode()
         assert redis.zscore(store.keys.deadline_bucket(made.id), made.id) is not None
     assert not redis.exists(store.keys.deadlines, store.keys.idempotency_ids_before)
@@ -374,12 +375,11 @@ def test_a_runs_index_is_a_field_for_one_handoff_and_a_set_from_two_on(
 ) -> None:
     store = HandoffStore(redis, StoreConfig(tasks=fast_tasks))
     keys, run_key = store.keys, store.keys.pending_by_run("run-many")
-    bucket = keys.run_bucket("run-many")
     first = store.create(_request("run-many"), handoff_id=new_handoff_id()).handoff.id
 
     # One: no set of its own; the bucket names it.
     assert not redis.exists(run_key)
-    assert redis.hget(bucket, "run-many") == first.encode()
+    assert store.looked_up("runs", ["run-many"])[0] == first
     assert store.index_range(run_key, "-", "+", 10) == [first]
     assert store.index_size(run_key) == 1
     assert [h.id for h in store.list_pending(run_key).items] == [first]
@@ -392,7 +392,7 @@ def test_a_runs_index_is_a_field_for_one_handoff_and_a_set_from_two_on(
     ).handoff.id
 
     # Two and more: the set, and the field says so.
-    assert redis.hget(bucket, "run-many") == b"*"
+    assert store.looked_up("runs", ["run-many"])[0] == "*"
     assert store.index_range(run_key, "-", "+", 10) == [first, second, third]
     assert store.count_pending(run_key) == 3
     page = store.list_pending(run_key, limit=2)
@@ -404,7 +404,7 @@ def test_a_runs_index_is_a_field_for_one_handoff_and_a_set_from_two_on(
         store.decide(handoff_id, Status.REJECTED, decided_by=REVIEWER)
     assert store.index_size(run_key) == 0 and store.list_pending(run_key).items == []
     # Nothing left behind: neither the set nor the field.
-    assert not redis.exists(run_key) and redis.hget(bucket, "run-many") is None
+    assert not redis.exists(run_key) and store.looked_up("runs", ["run-many"])[0] is None
 
 
 def test_a_runs_one_handoff_pages_by_cursor_like_a_set(
@@ -438,12 +438,12 @@ def test_a_run_with_a_set_written_before_keeps_using_it(
     ).handoff.id
 
     assert store.index_range(run_key, "-", "+", 10) == sorted([old, new])
-    assert redis.hget(store.keys.run_bucket("run-upgraded"), "run-upgraded") == b"*"
+    assert store.looked_up("runs", ["run-upgraded"]) == ["*"]
     store.decide(old, Status.REJECTED, decided_by=REVIEWER)
     store.decide(new, Status.REJECTED, decided_by=REVIEWER)
     assert store.index_size(run_key) == 0
     assert not redis.exists(run_key)
-    assert redis.hget(store.keys.run_bucket("run-upgraded"), "run-upgraded") is None
+    assert store.looked_up("runs", ["run-upgraded"]) == [None]
 
 
 def test_a_reassigned_runs_one_handoff_stays_in_its_runs_index(

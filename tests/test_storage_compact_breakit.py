@@ -31,7 +31,7 @@ def test_a_message_link_kept_in_both_its_bucket_and_the_old_hash_goes_with_the_p
     handoff_id = write_previous_shape(redis, store, fast_tasks, "run-both-links")
     store.link_message(handoff_id, CHANNEL, TS)  # linked again by 0.3, same message
     link = f"{CHANNEL}:{TS}"
-    assert redis.hget(store.keys.message_links(link), link) == handoff_id.encode()
+    assert store.looked_up("msglinks", [link]) == [handoff_id]
     assert redis.hget(store.keys.message_links_before, link) == handoff_id.encode()
 
     store.cancel(handoff_id, cancelled_by="U0ADMIN01", resume=False)
@@ -41,7 +41,7 @@ def test_a_message_link_kept_in_both_its_bucket_and_the_old_hash_goes_with_the_p
         store.get(handoff_id)
 
     assert store.handoff_for_message(CHANNEL, TS) is None
-    assert redis.hget(store.keys.message_links(link), link) is None
+    assert store.looked_up("msglinks", [link]) == [None]
     assert redis.hget(store.keys.message_links_before, link) is None
 
 

@@ -274,8 +274,8 @@ def test_a_posted_handoff_keeps_a_listpack_hash_its_body_and_one_shared_policy(
     # Idempotency keys and message links are fields of one hash each, not keys of their own.
     for n, handoff_id in enumerate(ids):
         key, link = f"run-new-{n}-refund", f"{CHANNEL}:1760000000.00020{n}"
-        assert redis.hget(store.keys.idempotency_ids(key), key) == handoff_id.encode()
-        assert redis.hget(store.keys.message_links(link), link) == handoff_id.encode()
+        assert store.looked_up("idemkeys", [key]) == [handoff_id]
+        assert store.looked_up("msglinks", [link]) == [handoff_id]
         assert store.created_under(key) == handoff_id
         assert store.handoff_for_message(CHANNEL, f"1760000000.00020{n}") == handoff_id
     assert not redis.exists(store.keys.idempotency_ids_before, store.keys.message_links_before)
