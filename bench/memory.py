@@ -201,12 +201,16 @@ def key_kind(prefix: str, key: str) -> str:
         return (
             "audit list (per handoff, before 0.2)" if len(parts) > 1 else "audit stream (namespace)"
         )
+    if parts[0] == "ix":  # a set of a pending index's level: ix:<level>:<n>:<kind>:<name>
+        return f"index pending:{parts[3]}:*"
     if parts[0] == "pending":
         return f"index pending:{parts[1]}:*" if len(parts) > 1 else "index pending"
     if parts[0] in ("outbox", "deadlines", "retention", "failed", "wake"):
         return "outbox, deadlines, timers"
     if parts[0] == "runs":
         return "index of runs with one handoff (runs:*)"
+    if parts[0] == "levels":
+        return "levels of the lookups and indexes"
     if parts[0] in ("msg", "msgs", "msglinks"):
         return "message links"
     if parts[0] in ("idem", "idemkeys"):

@@ -99,6 +99,17 @@ with room to spare for a server configured a little lower."""
 LOOKUP_LAST_LEVEL = 24
 """The deepest level (16 million hashes): past it, fields go on being added to its hashes."""
 
+INDEX_FANOUT = 8
+"""A pending index (a type's, a channel's, a reviewer's, an API key's) is one sorted set up to
+``LOOKUP_GROW_AT`` entries; then its next ids go to ``INDEX_FANOUT`` sets by the SHA-1 of the
+id, then to ``INDEX_FANOUT**2`` (``store.scripts``, ``index_add``): a sorted set of up to 128
+entries is a listpack, about 30 bytes an entry, where a bigger one is a skip list of about
+100. Readers merge the sets (at most 73, a few microseconds each, in one script)."""
+
+INDEX_LAST_LEVEL = 2
+"""The deepest level of a pending index: its 64 sets keep it compact up to about 8,000
+pending handoffs; past that they grow into skip lists, as one set would."""
+
 DEADLINE_BUCKETS = 128
 """Pending handoffs' deadlines are spread over this many sorted sets (by the SHA-1 of the
 id; ``store.keys.deadline_bucket``), each a listpack while it holds at most 128 (about 40

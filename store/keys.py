@@ -46,6 +46,8 @@ key                                    type    contents
                                                ordered by id = age); the four together are
                                                every pending handoff
 ``{ns}:pending:key:<api key name>``    zset    pending ids an HTTP API key created
+``{ns}:ix:<l>:<n>:<kind>:<name>``      zset    more of ``{ns}:pending:<kind>:<name>``'s
+                                               ids, once it grew to level ``l`` (below)
 ``{ns}:deadlines:<n>``                 zset    pending id -> expiry time (ms), in bucket
                                                ``deadline_bucket(id)`` (before 0.3: one
                                                set ``{ns}:deadlines``, still swept)
@@ -67,7 +69,8 @@ key                                    type    contents
 ``{ns}:budget:<name>:held``            zset    holder -> the call kept for it (ms; expires)
 ``{ns}:retention``                     zset    decided id -> when it may be purged (ms)
 ``{ns}:wake``                          list    at most one token; wakes the dispatcher
-``{ns}:levels``                        hash    lookup kind -> its current level (below)
+``{ns}:levels``                        hash    lookup kind or ``pending:<kind>:<name>`` ->
+                                               its current level (below)
 ``{ns}:decided:<id>``                  pubsub  status published when the handoff is decided
 ``{ns}:apikey:<sha256>``               string  an API key's record (JSON), by its key's hash
 ``{ns}:apikeys``                       hash    API key name -> its key's hash
@@ -108,7 +111,11 @@ so that they stay about full at any size: level ``l`` has ``2**l`` hashes, numbe
 ``2**l`` (``KeySpace.lookup_bucket``); a field is added to the current level's hash by
 ``bucket_of`` its name and never moves; when that hash reaches ``defaults.LOOKUP_GROW_AT``
 fields the kind's level in ``{ns}:levels`` goes up by one; a lookup reads the levels newest
-first (``lookup_find`` in ``store.scripts``; ``HandoffStore.looked_up``). Handoffs
+first (``lookup_find`` in ``store.scripts``; ``HandoffStore.looked_up``). A pending index
+other than a run's grows alike, so that its sorted sets stay listpacks (one of more than 128
+entries is a skip list, about 100 bytes an entry instead of 30): its own key up to
+``LOOKUP_GROW_AT`` ids, then ``defaults.INDEX_FANOUT`` sets, then 64 (``{ns}:ix:...``);
+readers merge them in one script (``HandoffStore.index_range``, ``index_sizes``). Handoffs
 written by 0.2 are read, decided, expired and purged as they are
 (``tests/test_storage_compact.py``).
 

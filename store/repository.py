@@ -276,6 +276,8 @@ class HandoffStore:
                 "LINK_REDELIVERY",
                 "LINK_MESSAGE",
                 "LOOK_UP",
+                "INDEX_RANGE",
+                "INDEX_COUNTS",
                 "TAKE_BUDGET",
                 "READ",
                 "READ_MANY",
@@ -534,13 +536,7 @@ class HandoffStore:
     def pending_ids(self, after: str | None = None, *, limit: int = 20) -> list[str]:
         """Up to ``limit`` ids of pending handoffs, oldest first, after the id ``after``: the
         type indexes merged, one round trip."""
-        start = f"({after}" if after else "-"
-        with self.redis.pipeline(transaction=False) as pipe:
-            for key in self.type_indexes:
-                pipe.zrange(key, start, "+", bylex=True, offset=0, num=limit)
-            found = pipe.execute()
-        merged = sorted({as_text(i) for ids in found for i in ids})
-        return merged[:limit]
+        return self._index_range(self.type_indexes, f"({after}" if after else "-", "+", limit)
 
     def list_pending(
         self, index_key: str | None = None, *, cursor: str | None = None, limit: int = 20
@@ -570,40 +566,53 @@ class HandoffStore:
             lowest, highest = (high, low) if desc else (low, high)
             inside = _lex_above(single, lowest) and _lex_below(single, highest)
             return [single] if inside and num > 0 else []
-        found = self.redis.zrange(key, low, high, desc=desc, bylex=True, offset=0, num=num)
+        return self._index_range([key], low, high, num, desc=desc)
+
+    def _index_range(
+        self, keys: list[str], low: str, high: str, num: int, *, desc: bool = False
+    ) -> list[str]:
+        """``index_range`` over the sets of ``keys`` merged (an index past
+        ``defaults.LOOKUP_GROW_AT`` entries is several sets: ``store.scripts``)."""
+        found = self._scripts["INDEX_RANGE"](
+            keys=keys, args=[self.keys.prefix, low, high, num, "1" if desc else "0"]
+        )
         return [as_text(i) for i in found]
 
     def index_size(self, key: str) -> int:
         """How many handoffs the pending index ``key`` holds (see ``index_range``)."""
-        if self._single_of_run(key) is not None:
-            return 1
-        return int(self.redis.zcard(key))
+        return self.index_sizes([key])[0]
+
+    def index_sizes(self, keys: list[str]) -> list[int]:
+        """How many handoffs each of the pending indexes ``keys`` holds, in one round trip
+        (two with a run's index among them)."""
+        return [size for size, _ in self._index_counts(keys, None)]
+
+    def _index_counts(self, keys: list[str], first: str | None) -> list[tuple[int, int]]:
+        """For each index of ``keys``: how many handoffs it holds, and how many of them sort
+        before the id ``first`` (0 without it). A run's index may be a lookup field (see
+        ``index_range``), whose one handoff its set's counts would not have."""
+        if not keys:
+            return []
+        runs = [run_of_index(self.keys, key) for key in keys]
+        singles = iter(self.looked_up("runs", [run for run in runs if run is not None]))
+        flat = self._scripts["INDEX_COUNTS"](keys=keys, args=[self.keys.prefix, first or ""])
+        counts = []
+        for at, run_id in enumerate(runs):
+            size, before = int(flat[2 * at]), int(flat[2 * at + 1])
+            single = _run_single(next(singles)) if run_id is not None else None
+            if single is not None:
+                size, before = 1, int(first is not None and single < first)
+            counts.append((size, before))
+        return counts
 
     def index_positions(self, keys: list[str], first: str | None) -> tuple[int, int]:
         """How many handoffs the pending indexes ``keys`` hold between them, and how many of
         those sort before the id ``first`` (0 without it), in one round trip (two with a run's
         index among them: it may be a lookup field, see ``index_range``, whose one handoff
         a sorted set's ZCARD and ZLEXCOUNT would not count)."""
-        runs = [run_of_index(self.keys, key) for key in keys]
-        singles = iter(self.looked_up("runs", [run for run in runs if run is not None]))
-        pipe = self.redis.pipeline(transaction=False)
-        for key in keys:
-            pipe.zcard(key)
-            if first is not None:
-                pipe.zlexcount(key, "-", f"({first}")
-        answers: list[Any] = pipe.execute()
-        total = before = 0
-        at = 0
-        for run_id in runs:
-            held = next(singles) if run_id is not None else None
-            size, at = int(answers[at]), at + 1
-            earlier = 0
-            if first is not None:
-                earlier, at = int(answers[at]), at + 1
-            single = _run_single(held)
-            if single is not None:
-                size, earlier = 1, int(first is not None and single < first)
-            total, before = total + size, before + earlier
+        counts = self._index_counts(keys, first)
+        total = sum(size for size, _ in counts)
+        before = sum(earlier for _, earlier in counts)
         return total, before
 
     def _single_of_run(self, key: str) -> str | None:
@@ -618,10 +627,7 @@ class HandoffStore:
         """How many handoffs an index holds (default: all pending)."""
         if index_key is not None:
             return self.index_size(index_key)
-        with self.redis.pipeline(transaction=False) as pipe:
-            for key in self.type_indexes:
-                pipe.zcard(key)
-            return sum(int(n) for n in pipe.execute())
+        return sum(self.index_sizes(self.type_indexes))
 
     def audit_trail(self, handoff_id: str) -> list[AuditEvent]:
         """The handoff's audit events, oldest first: its body's trail, or the list of a

@@ -25,6 +25,8 @@ local P = ARGV[1]
     + f"local LOOKUP_GROW_AT = {defaults.LOOKUP_GROW_AT}\n"
     + f"local LOOKUP_LAST_LEVEL = {defaults.LOOKUP_LAST_LEVEL}\n"
     + f"local DEADLINE_BUCKETS = {defaults.DEADLINE_BUCKETS}\n"
+    + f"local INDEX_FANOUT = {defaults.INDEX_FANOUT}\n"
+    + f"local INDEX_LAST_LEVEL = {defaults.INDEX_LAST_LEVEL}\n"
     + f"local DECISION_BUCKETS = {{{', '.join(map(str, defaults.DECISION_SECONDS_BUCKETS))}}}\n"
     + """
 local EVENTS = {
@@ -456,10 +458,61 @@ local function run_of(key)
   return string.sub(key, #prefix + 1)
 end
 
+-- Any other index ({ns}:pending:<kind>:<name>: a type's, a channel's, a reviewer's, an API
+-- key's) grows in levels, as the lookup hashes do, so that its sets stay listpacks (a
+-- sorted set of more than 128 entries is a skip list, about 100 bytes an entry instead of
+-- about 30): level 0 is the index's own key; level l has INDEX_FANOUT^l sets
+-- ({ns}:ix:<l>:<n>:<kind>:<name>, by bucket_of the id). An id is added at the index's
+-- current level ({ns}:levels, field pending:<kind>:<name>) and never moves; the level goes
+-- up once the set just added to holds LOOKUP_GROW_AT. Readers merge every set
+-- (index_sets; INDEX_RANGE, INDEX_COUNTS), at most 1 + 8 + 64 of them.
+local INDEX_PREFIX = P .. 'pending:'
+
+local function index_level(key)
+  if string.sub(key, 1, #INDEX_PREFIX) ~= INDEX_PREFIX or run_of(key) then return 0 end
+  return tonumber(redis.call('HGET', P .. 'levels', string.sub(key, #P + 1))) or 0
+end
+
+local function index_set(key, level, n)
+  if level == 0 then return key end
+  return P .. 'ix:' .. level .. ':' .. n .. ':' .. string.sub(key, #INDEX_PREFIX + 1)
+end
+
+local function index_set_of(key, id, level)
+  if level == 0 then return key end
+  return index_set(key, level, bucket_of(id, INDEX_FANOUT ^ level))
+end
+
+-- Every set of an index, its own key first.
+local function index_sets(key)
+  local sets = {key}
+  for level = 1, index_level(key) do
+    for n = 0, INDEX_FANOUT ^ level - 1 do sets[#sets + 1] = index_set(key, level, n) end
+  end
+  return sets
+end
+
+-- How many ids an index's sets hold (a run's field is for the caller to count).
+local function index_size(key)
+  local size = 0
+  for _, set in ipairs(index_sets(key)) do size = size + redis.call('ZCARD', set) end
+  return size
+end
+
 local function index_add(key, id)
   local run = run_of(key)
   if not run then
-    redis.call('ZADD', key, 0, id)
+    local level = index_level(key)
+    for older = 0, level - 1 do
+      if redis.call('ZSCORE', index_set_of(key, id, older), id) then return end
+    end
+    local set = index_set_of(key, id, level)
+    redis.call('ZADD', set, 0, id)
+    if level > 0 or string.sub(key, 1, #INDEX_PREFIX) == INDEX_PREFIX then
+      if level < INDEX_LAST_LEVEL and redis.call('ZCARD', set) >= LOOKUP_GROW_AT then
+        redis.call('HSET', P .. 'levels', string.sub(key, #P + 1), level + 1)
+      end
+    end
     return
   end
   local held = lookup_get('runs', run)
@@ -476,7 +529,9 @@ end
 local function index_remove(key, id)
   local run = run_of(key)
   if not run then
-    redis.call('ZREM', key, id)
+    for level = index_level(key), 0, -1 do
+      if redis.call('ZREM', index_set_of(key, id, level), id) == 1 then return end
+    end
     return
   end
   local held = lookup_get('runs', run)
@@ -1493,6 +1548,60 @@ return {'ok'}
 """
 )
 
+# KEYS: pending indexes (their own keys; a run's set, not its field).
+# ARGV: prefix, low, high (ZRANGE BYLEX bounds; with desc, from low down to high), most ids,
+# '1' for descending.
+# Up to that many ids of the indexes merged (each once), in id order: every set of each
+# (index_sets), read by the bounds and merged.
+INDEX_RANGE = (
+    PRELUDE
+    + """
+local low, high, most, desc = ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5] == '1'
+if most <= 0 then return {} end
+local found, seen = {}, {}
+for _, key in ipairs(KEYS) do
+  for _, set in ipairs(index_sets(key)) do
+    local ids
+    if desc then
+      ids = redis.call('ZRANGE', set, low, high, 'BYLEX', 'REV', 'LIMIT', 0, most)
+    else
+      ids = redis.call('ZRANGE', set, low, high, 'BYLEX', 'LIMIT', 0, most)
+    end
+    for _, id in ipairs(ids) do
+      if not seen[id] then
+        seen[id] = true
+        found[#found + 1] = id
+      end
+    end
+  end
+end
+if desc then table.sort(found, function(a, b) return a > b end) else table.sort(found) end
+local page = {}
+for i = 1, math.min(most, #found) do page[i] = found[i] end
+return page
+"""
+)
+
+# KEYS: pending indexes (as INDEX_RANGE).  ARGV: prefix, an id or ''.
+# For each index in turn: how many ids its sets hold, and how many of those sort before the
+# id (0 without one).
+INDEX_COUNTS = (
+    PRELUDE
+    + """
+local counts = {}
+for _, key in ipairs(KEYS) do
+  local size, before = 0, 0
+  for _, set in ipairs(index_sets(key)) do
+    size = size + redis.call('ZCARD', set)
+    if ARGV[2] ~= '' then before = before + redis.call('ZLEXCOUNT', set, '-', '(' .. ARGV[2]) end
+  end
+  counts[#counts + 1] = size
+  counts[#counts + 1] = before
+end
+return counts
+"""
+)
+
 # KEYS[1] the lookup levels ({ns}:levels: names the slot on a cluster).
 # ARGV: prefix, kind ('idemkeys', 'msglinks', 'runs'), then names.
 # The value of each name (nil where none), from its lookup hash, whatever the level.
@@ -1682,11 +1791,13 @@ return free_at - now
 # Only reads. Returns {the metrics hash (flat), the pending counts (in KEYS' order), outbox
 # entries, of which due, when the oldest due one was due ('' for none; ms), now (ms), failed
 # tasks, failed tasks by kind (flat) among the first ARGV[2]}.
-STORE_FIGURES = """
+STORE_FIGURES = (
+    PRELUDE
+    + """
 local now = redis.call('TIME')
 now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 local pending = {}
-for i = 4, #KEYS do pending[i - 3] = redis.call('ZCARD', KEYS[i]) end
+for i = 4, #KEYS do pending[i - 3] = index_size(KEYS[i]) end
 local oldest = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'WITHSCORES', 'LIMIT', 0, 1)
 local kinds, by_kind = {}, {}
 for _, member in ipairs(redis.call('ZRANGE', KEYS[3], 0, tonumber(ARGV[2]) - 1)) do
@@ -1700,3 +1811,4 @@ return {redis.call('HGETALL', KEYS[1]), pending, redis.call('ZCARD', KEYS[2]),
         redis.call('ZCOUNT', KEYS[2], '-inf', now), oldest[2] or '', now,
         redis.call('ZCARD', KEYS[3]), flat}
 """
+)

@@ -13,7 +13,6 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from bot.queries.audit_export import iter_raw_audit
 from store.models import AuditEvent, RequestType, TaskKind
@@ -131,26 +130,28 @@ def percentile(sorted_values: list[float], percent: float) -> float | None:
 
 
 def _pending_by_type(store: HandoffStore) -> dict[str, int]:
-    pipe = store.redis.pipeline(transaction=False)
-    for request_type in RequestType:
-        pipe.zcard(store.keys.pending_by_type(request_type.value))
-    counts: list[Any] = pipe.execute()
-    return {t.value: int(n) for t, n in zip(RequestType, counts, strict=True) if int(n)}
+    counts = store.index_sizes([store.keys.pending_by_type(t.value) for t in RequestType])
+    return {t.value: n for t, n in zip(RequestType, counts, strict=True) if n}
 
 
 def _pending_by_channel(store: HandoffStore) -> dict[str, int]:
     # Channel indexes are named by channel, and there is no list of them: find them by name.
-    # SCAN walks the keyspace in steps, without blocking Redis.
+    # SCAN walks the keyspace in steps, without blocking Redis. An index that grew into
+    # levels may have emptied its own key: its level names it.
     prefix = store.keys.pending_by_channel("")
     pattern = re.sub(r"([*?\[\]\\])", r"\\\1", prefix) + "*"
-    keys = [
+    found = {
         key.decode() if isinstance(key, bytes) else str(key)
         for key in store.redis.scan_iter(match=pattern, count=1000, _type="zset")
-    ]
-    pipe = store.redis.pipeline(transaction=False)
-    for key in keys:
-        pipe.zcard(key)
-    counts = {key.removeprefix(prefix): int(n) for key, n in zip(keys, pipe.execute(), strict=True)}
+    }
+    grown = prefix.removeprefix(store.keys.prefix)
+    for field in store.redis.hkeys(store.keys.lookup_levels):
+        name = field.decode() if isinstance(field, bytes) else str(field)
+        if name.startswith(grown):
+            found.add(store.keys.prefix + name)
+    keys = sorted(found)
+    sizes = store.index_sizes(keys)
+    counts = {key.removeprefix(prefix): n for key, n in zip(keys, sizes, strict=True) if n}
     busiest = sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:CHANNELS_SHOWN]
     return dict(busiest)
 
