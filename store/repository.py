@@ -583,33 +583,22 @@ class HandoffStore:
         return self.index_sizes([key])[0]
 
     def index_sizes(self, keys: list[str]) -> list[int]:
-        """How many handoffs each of the pending indexes ``keys`` holds, in one round trip
-        (two with a run's index among them)."""
+        """How many handoffs each of the pending indexes ``keys`` holds, in one round trip."""
         return [size for size, _ in self._index_counts(keys, None)]
 
     def _index_counts(self, keys: list[str], first: str | None) -> list[tuple[int, int]]:
         """For each index of ``keys``: how many handoffs it holds, and how many of them sort
-        before the id ``first`` (0 without it). A run's index may be a lookup field (see
-        ``index_range``), whose one handoff its set's counts would not have."""
+        before the id ``first`` (0 without it), in one script call (``INDEX_COUNTS``: the
+        sets of an index that grew, the lookup field of a run with one)."""
         if not keys:
             return []
-        runs = [run_of_index(self.keys, key) for key in keys]
-        singles = iter(self.looked_up("runs", [run for run in runs if run is not None]))
         flat = self._scripts["INDEX_COUNTS"](keys=keys, args=[self.keys.prefix, first or ""])
-        counts = []
-        for at, run_id in enumerate(runs):
-            size, before = int(flat[2 * at]), int(flat[2 * at + 1])
-            single = _run_single(next(singles)) if run_id is not None else None
-            if single is not None:
-                size, before = 1, int(first is not None and single < first)
-            counts.append((size, before))
-        return counts
+        return [(int(flat[2 * at]), int(flat[2 * at + 1])) for at in range(len(keys))]
 
     def index_positions(self, keys: list[str], first: str | None) -> tuple[int, int]:
         """How many handoffs the pending indexes ``keys`` hold between them, and how many of
-        those sort before the id ``first`` (0 without it), in one round trip (two with a run's
-        index among them: it may be a lookup field, see ``index_range``, whose one handoff
-        a sorted set's ZCARD and ZLEXCOUNT would not count)."""
+        those sort before the id ``first`` (0 without it), in one round trip (see
+        ``_index_counts``)."""
         counts = self._index_counts(keys, first)
         total = sum(size for size, _ in counts)
         before = sum(earlier for _, earlier in counts)

@@ -1582,18 +1582,27 @@ return page
 """
 )
 
-# KEYS: pending indexes (as INDEX_RANGE).  ARGV: prefix, an id or ''.
-# For each index in turn: how many ids its sets hold, and how many of those sort before the
-# id (0 without one).
+# KEYS: pending indexes (as INDEX_RANGE; a run's by its set's name).  ARGV: prefix, an id
+# or ''.
+# For each index in turn: how many ids it holds, and how many of those sort before the id
+# (0 without one): its sets', or the one a run's lookup field names.
 INDEX_COUNTS = (
     PRELUDE
     + """
+local first = ARGV[2]
 local counts = {}
 for _, key in ipairs(KEYS) do
   local size, before = 0, 0
-  for _, set in ipairs(index_sets(key)) do
-    size = size + redis.call('ZCARD', set)
-    if ARGV[2] ~= '' then before = before + redis.call('ZLEXCOUNT', set, '-', '(' .. ARGV[2]) end
+  local run = run_of(key)
+  local single = run and lookup_get('runs', run)
+  if single and single ~= '*' then
+    size = 1
+    if first ~= '' and single < first then before = 1 end
+  else
+    for _, set in ipairs(index_sets(key)) do
+      size = size + redis.call('ZCARD', set)
+      if first ~= '' then before = before + redis.call('ZLEXCOUNT', set, '-', '(' .. first) end
+    end
   end
   counts[#counts + 1] = size
   counts[#counts + 1] = before
