@@ -573,8 +573,9 @@ class HandoffStore:
     ) -> list[str]:
         """``index_range`` over the sets of ``keys`` merged (an index past
         ``defaults.LOOKUP_GROW_AT`` entries is several sets: ``store.scripts``)."""
+        most = min(num, _MOST_IDS)  # what ZRANGE's LIMIT takes (a 64-bit integer)
         found = self._scripts["INDEX_RANGE"](
-            keys=keys, args=[self.keys.prefix, low, high, num, "1" if desc else "0"]
+            keys=keys, args=[self.keys.prefix, low, high, most, "1" if desc else "0"]
         )
         return [as_text(i) for i in found]
 
@@ -1501,6 +1502,9 @@ def decision_problem(request_type: RequestType, decision: ResumeData) -> str | N
 
 
 _ALL_TYPES = " ".join(t.value for t in RequestType)
+
+_MOST_IDS = 2**62
+"""More ids than an index can hold: a larger limit reads as this one."""
 
 _CONFIRMED = frozenset(
     {

@@ -16,17 +16,207 @@ server's clock (``TIME``) so that leases and deadlines never depend on client cl
 
 from store import defaults
 
-PRELUDE = (
+LEVELS_PRELUDE = (
     """
 local P = ARGV[1]
 """
-    + f"local MAX_VOTES = {defaults.MAX_VOTES}\n"
     + f"local LOOKUP_FIRST_LEVEL = {defaults.LOOKUP_FIRST_LEVEL}\n"
     + f"local LOOKUP_GROW_AT = {defaults.LOOKUP_GROW_AT}\n"
     + f"local LOOKUP_LAST_LEVEL = {defaults.LOOKUP_LAST_LEVEL}\n"
     + f"local DEADLINE_BUCKETS = {defaults.DEADLINE_BUCKETS}\n"
     + f"local INDEX_FANOUT = {defaults.INDEX_FANOUT}\n"
     + f"local INDEX_LAST_LEVEL = {defaults.INDEX_LAST_LEVEL}\n"
+    + """
+-- Which of ``buckets`` keys holds ``name`` (store.keys.bucket_of works it out the same
+-- way: the first 32 bits of its SHA-1, exact in a Lua number).
+local function bucket_of(name, buckets)
+  return tonumber(string.sub(redis.sha1hex(name), 1, 8), 16) % buckets
+end
+
+-- The lookup hashes (store.keys, KeySpace.lookup_bucket): idempotency keys ('idemkeys'),
+-- message links ('msglinks') and runs with one pending handoff ('runs') are fields of
+-- small hashes in levels, 2^l hashes at level l, numbered from 2^l. A field is added at
+-- its kind's current level and never moves; the level goes up once the hash just added to
+-- holds LOOKUP_GROW_AT fields, so every hash stays a listpack and about full.
+local function lookup_level(kind)
+  return tonumber(redis.call('HGET', P .. 'levels', kind)) or LOOKUP_FIRST_LEVEL
+end
+
+local function lookup_bucket(kind, name, level)
+  local buckets = 2 ^ level
+  return P .. kind .. ':' .. string.format('%d', buckets + bucket_of(name, buckets))
+end
+
+-- The hash holding ``name`` of ``kind`` and its value, newest level first; nil if none.
+local function lookup_find(kind, name)
+  for level = lookup_level(kind), LOOKUP_FIRST_LEVEL, -1 do
+    local key = lookup_bucket(kind, name, level)
+    local value = redis.call('HGET', key, name)
+    if value then return key, value end
+  end
+  return nil, nil
+end
+
+local function lookup_get(kind, name)
+  local _, value = lookup_find(kind, name)
+  return value
+end
+
+-- Set ``name`` of ``kind`` to ``value``: where it is, else at the current level.
+local function lookup_set(kind, name, value)
+  local key = lookup_find(kind, name)
+  if key then
+    redis.call('HSET', key, name, value)
+    return
+  end
+  local level = lookup_level(kind)
+  key = lookup_bucket(kind, name, level)
+  redis.call('HSET', key, name, value)
+  if level < LOOKUP_LAST_LEVEL and redis.call('HLEN', key) >= LOOKUP_GROW_AT then
+    redis.call('HSET', P .. 'levels', kind, level + 1)
+  end
+end
+
+-- Remove ``name`` of ``kind`` where it is, if it says ``value`` (any value without one);
+-- true when removed.
+local function lookup_remove(kind, name, value)
+  local key, held = lookup_find(kind, name)
+  if not key or (value and held ~= value) then return false end
+  redis.call('HDEL', key, name)
+  return true
+end
+
+-- The sorted set holding a pending handoff's deadline (store.keys.deadline_bucket).
+local function deadline_key(id)
+  return P .. 'deadlines:' .. bucket_of(id, DEADLINE_BUCKETS)
+end
+
+-- A pending index: a sorted set (score 0, ordered by id), except a run's while the run has
+-- one pending handoff: a 'runs' lookup field names it, and the run's set (the index's key)
+-- exists from the second one on, the field then saying '*'. A run's set written before
+-- (0.2) without a field is used as it is. HandoffStore.index_range and index_size read
+-- both.
+local function run_of(key)
+  local prefix = P .. 'pending:run:'
+  if string.sub(key, 1, #prefix) ~= prefix then return nil end
+  return string.sub(key, #prefix + 1)
+end
+
+-- Any other index ({ns}:pending:<kind>:<name>: a type's, a channel's, a reviewer's, an API
+-- key's) grows in levels, as the lookup hashes do, so that its sets stay listpacks (a
+-- sorted set of more than 128 entries is a skip list, about 100 bytes an entry instead of
+-- about 30): level 0 is the index's own key; level l has INDEX_FANOUT^l sets
+-- ({ns}:ix:<l>:<n>:<kind>:<name>, by bucket_of the id). An id is added at the index's
+-- current level ({ns}:levels, field pending:<kind>:<name>) and never moves; the level goes
+-- up once the set just added to holds LOOKUP_GROW_AT. Readers merge every set
+-- (index_sets; INDEX_RANGE, INDEX_COUNTS), at most 1 + 8 + 64 of them.
+local INDEX_PREFIX = P .. 'pending:'
+
+local function index_level(key)
+  if string.sub(key, 1, #INDEX_PREFIX) ~= INDEX_PREFIX or run_of(key) then return 0 end
+  return tonumber(redis.call('HGET', P .. 'levels', string.sub(key, #P + 1))) or 0
+end
+
+local function index_set(key, level, n)
+  if level == 0 then return key end
+  return P .. 'ix:' .. level .. ':' .. n .. ':' .. string.sub(key, #INDEX_PREFIX + 1)
+end
+
+local function index_set_of(key, id, level)
+  if level == 0 then return key end
+  return index_set(key, level, bucket_of(id, INDEX_FANOUT ^ level))
+end
+
+-- Every set of an index, its own key first.
+local function index_sets(key)
+  local sets = {key}
+  for level = 1, index_level(key) do
+    for n = 0, INDEX_FANOUT ^ level - 1 do sets[#sets + 1] = index_set(key, level, n) end
+  end
+  return sets
+end
+
+-- How many ids an index's sets hold (a run's field is for the caller to count).
+local function index_size(key)
+  local size = 0
+  for _, set in ipairs(index_sets(key)) do size = size + redis.call('ZCARD', set) end
+  return size
+end
+
+local function index_add(key, id)
+  local run = run_of(key)
+  if not run then
+    local level = index_level(key)
+    for older = 0, level - 1 do
+      if redis.call('ZSCORE', index_set_of(key, id, older), id) then return end
+    end
+    local set = index_set_of(key, id, level)
+    redis.call('ZADD', set, 0, id)
+    if level > 0 or string.sub(key, 1, #INDEX_PREFIX) == INDEX_PREFIX then
+      if level < INDEX_LAST_LEVEL and redis.call('ZCARD', set) >= LOOKUP_GROW_AT then
+        redis.call('HSET', P .. 'levels', string.sub(key, #P + 1), level + 1)
+      end
+    end
+    return
+  end
+  local held = lookup_get('runs', run)
+  if held == id then return end
+  if not held and redis.call('EXISTS', key) == 0 then
+    lookup_set('runs', run, id)
+    return
+  end
+  if held and held ~= '*' then redis.call('ZADD', key, 0, held) end
+  redis.call('ZADD', key, 0, id)
+  if held ~= '*' then lookup_set('runs', run, '*') end
+end
+
+local function index_remove(key, id)
+  local run = run_of(key)
+  if not run then
+    for level = index_level(key), 0, -1 do
+      if redis.call('ZREM', index_set_of(key, id, level), id) == 1 then return end
+    end
+    return
+  end
+  local held = lookup_get('runs', run)
+  if held == id then
+    lookup_remove('runs', run)
+    return
+  end
+  redis.call('ZREM', key, id)
+  if held == '*' and redis.call('EXISTS', key) == 0 then lookup_remove('runs', run) end
+end
+
+-- Where an idempotency key or a message link is found: its lookup hash, else the one hash
+-- of the namespace they were kept in before the lookups. The key of its own each had before
+-- that is looked at by the callers, which know its name.
+local function looked_up(kind, before, name)
+  return lookup_get(kind, name) or redis.call('HGET', P .. before, name)
+end
+
+-- Remove a lookup that still names ``id``, wherever it is (both places: a message linked
+-- before the lookups may be linked again by an attempt that finds it); true when one was
+-- removed.
+local function unlink(kind, before, name, id)
+  local removed = lookup_remove(kind, name, id)
+  if redis.call('HGET', P .. before, name) == id then
+    redis.call('HDEL', P .. before, name)
+    removed = true
+  end
+  return removed
+end
+
+"""
+)
+"""The start of every script: the prefix, and the lookup hashes and pending indexes in levels
+(``store.keys``). The reads of lookups and indexes (``LOOK_UP``, ``INDEX_RANGE``,
+``INDEX_COUNTS``, ``STORE_FIGURES``) start with this alone: Redis runs a script's whole text on
+each call, and the rest of ``PRELUDE`` (about 40 KB of function definitions) cost such a read
+about 20 us of the server's time, ten times the read."""
+
+PRELUDE = (
+    LEVELS_PRELUDE
+    + f"local MAX_VOTES = {defaults.MAX_VOTES}\n"
     + f"local DECISION_BUCKETS = {{{', '.join(map(str, defaults.DECISION_SECONDS_BUCKETS))}}}\n"
     + """
 local EVENTS = {
@@ -381,185 +571,6 @@ local function attempt_route(hkey, k)
     route = request_route(hkey, redis.call('HGET', hkey, 'route'))
   end
   return route or '?'
-end
-
--- Which of ``buckets`` keys holds ``name`` (store.keys.bucket_of works it out the same
--- way: the first 32 bits of its SHA-1, exact in a Lua number).
-local function bucket_of(name, buckets)
-  return tonumber(string.sub(redis.sha1hex(name), 1, 8), 16) % buckets
-end
-
--- The lookup hashes (store.keys, KeySpace.lookup_bucket): idempotency keys ('idemkeys'),
--- message links ('msglinks') and runs with one pending handoff ('runs') are fields of
--- small hashes in levels, 2^l hashes at level l, numbered from 2^l. A field is added at
--- its kind's current level and never moves; the level goes up once the hash just added to
--- holds LOOKUP_GROW_AT fields, so every hash stays a listpack and about full.
-local function lookup_level(kind)
-  return tonumber(redis.call('HGET', P .. 'levels', kind)) or LOOKUP_FIRST_LEVEL
-end
-
-local function lookup_bucket(kind, name, level)
-  local buckets = 2 ^ level
-  return P .. kind .. ':' .. string.format('%d', buckets + bucket_of(name, buckets))
-end
-
--- The hash holding ``name`` of ``kind`` and its value, newest level first; nil if none.
-local function lookup_find(kind, name)
-  for level = lookup_level(kind), LOOKUP_FIRST_LEVEL, -1 do
-    local key = lookup_bucket(kind, name, level)
-    local value = redis.call('HGET', key, name)
-    if value then return key, value end
-  end
-  return nil, nil
-end
-
-local function lookup_get(kind, name)
-  local _, value = lookup_find(kind, name)
-  return value
-end
-
--- Set ``name`` of ``kind`` to ``value``: where it is, else at the current level.
-local function lookup_set(kind, name, value)
-  local key = lookup_find(kind, name)
-  if key then
-    redis.call('HSET', key, name, value)
-    return
-  end
-  local level = lookup_level(kind)
-  key = lookup_bucket(kind, name, level)
-  redis.call('HSET', key, name, value)
-  if level < LOOKUP_LAST_LEVEL and redis.call('HLEN', key) >= LOOKUP_GROW_AT then
-    redis.call('HSET', P .. 'levels', kind, level + 1)
-  end
-end
-
--- Remove ``name`` of ``kind`` where it is, if it says ``value`` (any value without one);
--- true when removed.
-local function lookup_remove(kind, name, value)
-  local key, held = lookup_find(kind, name)
-  if not key or (value and held ~= value) then return false end
-  redis.call('HDEL', key, name)
-  return true
-end
-
--- The sorted set holding a pending handoff's deadline (store.keys.deadline_bucket).
-local function deadline_key(id)
-  return P .. 'deadlines:' .. bucket_of(id, DEADLINE_BUCKETS)
-end
-
--- A pending index: a sorted set (score 0, ordered by id), except a run's while the run has
--- one pending handoff: a 'runs' lookup field names it, and the run's set (the index's key)
--- exists from the second one on, the field then saying '*'. A run's set written before
--- (0.2) without a field is used as it is. HandoffStore.index_range and index_size read
--- both.
-local function run_of(key)
-  local prefix = P .. 'pending:run:'
-  if string.sub(key, 1, #prefix) ~= prefix then return nil end
-  return string.sub(key, #prefix + 1)
-end
-
--- Any other index ({ns}:pending:<kind>:<name>: a type's, a channel's, a reviewer's, an API
--- key's) grows in levels, as the lookup hashes do, so that its sets stay listpacks (a
--- sorted set of more than 128 entries is a skip list, about 100 bytes an entry instead of
--- about 30): level 0 is the index's own key; level l has INDEX_FANOUT^l sets
--- ({ns}:ix:<l>:<n>:<kind>:<name>, by bucket_of the id). An id is added at the index's
--- current level ({ns}:levels, field pending:<kind>:<name>) and never moves; the level goes
--- up once the set just added to holds LOOKUP_GROW_AT. Readers merge every set
--- (index_sets; INDEX_RANGE, INDEX_COUNTS), at most 1 + 8 + 64 of them.
-local INDEX_PREFIX = P .. 'pending:'
-
-local function index_level(key)
-  if string.sub(key, 1, #INDEX_PREFIX) ~= INDEX_PREFIX or run_of(key) then return 0 end
-  return tonumber(redis.call('HGET', P .. 'levels', string.sub(key, #P + 1))) or 0
-end
-
-local function index_set(key, level, n)
-  if level == 0 then return key end
-  return P .. 'ix:' .. level .. ':' .. n .. ':' .. string.sub(key, #INDEX_PREFIX + 1)
-end
-
-local function index_set_of(key, id, level)
-  if level == 0 then return key end
-  return index_set(key, level, bucket_of(id, INDEX_FANOUT ^ level))
-end
-
--- Every set of an index, its own key first.
-local function index_sets(key)
-  local sets = {key}
-  for level = 1, index_level(key) do
-    for n = 0, INDEX_FANOUT ^ level - 1 do sets[#sets + 1] = index_set(key, level, n) end
-  end
-  return sets
-end
-
--- How many ids an index's sets hold (a run's field is for the caller to count).
-local function index_size(key)
-  local size = 0
-  for _, set in ipairs(index_sets(key)) do size = size + redis.call('ZCARD', set) end
-  return size
-end
-
-local function index_add(key, id)
-  local run = run_of(key)
-  if not run then
-    local level = index_level(key)
-    for older = 0, level - 1 do
-      if redis.call('ZSCORE', index_set_of(key, id, older), id) then return end
-    end
-    local set = index_set_of(key, id, level)
-    redis.call('ZADD', set, 0, id)
-    if level > 0 or string.sub(key, 1, #INDEX_PREFIX) == INDEX_PREFIX then
-      if level < INDEX_LAST_LEVEL and redis.call('ZCARD', set) >= LOOKUP_GROW_AT then
-        redis.call('HSET', P .. 'levels', string.sub(key, #P + 1), level + 1)
-      end
-    end
-    return
-  end
-  local held = lookup_get('runs', run)
-  if held == id then return end
-  if not held and redis.call('EXISTS', key) == 0 then
-    lookup_set('runs', run, id)
-    return
-  end
-  if held and held ~= '*' then redis.call('ZADD', key, 0, held) end
-  redis.call('ZADD', key, 0, id)
-  if held ~= '*' then lookup_set('runs', run, '*') end
-end
-
-local function index_remove(key, id)
-  local run = run_of(key)
-  if not run then
-    for level = index_level(key), 0, -1 do
-      if redis.call('ZREM', index_set_of(key, id, level), id) == 1 then return end
-    end
-    return
-  end
-  local held = lookup_get('runs', run)
-  if held == id then
-    lookup_remove('runs', run)
-    return
-  end
-  redis.call('ZREM', key, id)
-  if held == '*' and redis.call('EXISTS', key) == 0 then lookup_remove('runs', run) end
-end
-
--- Where an idempotency key or a message link is found: its lookup hash, else the one hash
--- of the namespace they were kept in before the lookups. The key of its own each had before
--- that is looked at by the callers, which know its name.
-local function looked_up(kind, before, name)
-  return lookup_get(kind, name) or redis.call('HGET', P .. before, name)
-end
-
--- Remove a lookup that still names ``id``, wherever it is (both places: a message linked
--- before the lookups may be linked again by an attempt that finds it); true when one was
--- removed.
-local function unlink(kind, before, name, id)
-  local removed = lookup_remove(kind, name, id)
-  if redis.call('HGET', P .. before, name) == id then
-    redis.call('HDEL', P .. before, name)
-    removed = true
-  end
-  return removed
 end
 
 -- A resent call (same operation id) answers what the first run did; see the module text.
@@ -1554,8 +1565,10 @@ return {'ok'}
 # Up to that many ids of the indexes merged (each once), in id order: every set of each
 # (index_sets), read by the bounds and merged.
 INDEX_RANGE = (
-    PRELUDE
+    LEVELS_PRELUDE
     + """
+-- The count goes to ZRANGE as sent: a Lua number past 2^53 would print as 1e+17, which
+-- ZRANGE refuses.
 local low, high, most, desc = ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5] == '1'
 if most <= 0 then return {} end
 local found, seen = {}, {}
@@ -1563,9 +1576,9 @@ for _, key in ipairs(KEYS) do
   for _, set in ipairs(index_sets(key)) do
     local ids
     if desc then
-      ids = redis.call('ZRANGE', set, low, high, 'BYLEX', 'REV', 'LIMIT', 0, most)
+      ids = redis.call('ZRANGE', set, low, high, 'BYLEX', 'REV', 'LIMIT', 0, ARGV[4])
     else
-      ids = redis.call('ZRANGE', set, low, high, 'BYLEX', 'LIMIT', 0, most)
+      ids = redis.call('ZRANGE', set, low, high, 'BYLEX', 'LIMIT', 0, ARGV[4])
     end
     for _, id in ipairs(ids) do
       if not seen[id] then
@@ -1587,7 +1600,7 @@ return page
 # For each index in turn: how many ids it holds, and how many of those sort before the id
 # (0 without one): its sets', or the one a run's lookup field names.
 INDEX_COUNTS = (
-    PRELUDE
+    LEVELS_PRELUDE
     + """
 local first = ARGV[2]
 local counts = {}
@@ -1615,7 +1628,7 @@ return counts
 # ARGV: prefix, kind ('idemkeys', 'msglinks', 'runs'), then names.
 # The value of each name (nil where none), from its lookup hash, whatever the level.
 LOOK_UP = (
-    PRELUDE
+    LEVELS_PRELUDE
     + """
 local found = {}
 for i = 3, #ARGV do found[i - 2] = lookup_get(ARGV[2], ARGV[i]) or false end
@@ -1627,7 +1640,7 @@ return found
 # Link a posted Slack message to its handoff (its lookup field, where it is or at the level
 # it is added to).
 LINK_MESSAGE = (
-    PRELUDE
+    LEVELS_PRELUDE
     + """
 lookup_set('msglinks', ARGV[2], ARGV[3])
 return 1
@@ -1801,7 +1814,7 @@ return free_at - now
 # entries, of which due, when the oldest due one was due ('' for none; ms), now (ms), failed
 # tasks, failed tasks by kind (flat) among the first ARGV[2]}.
 STORE_FIGURES = (
-    PRELUDE
+    LEVELS_PRELUDE
     + """
 local now = redis.call('TIME')
 now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)

@@ -374,7 +374,7 @@ def test_a_runs_index_is_a_field_for_one_handoff_and_a_set_from_two_on(
     redis: Redis, fast_tasks: TaskPolicy
 ) -> None:
     store = HandoffStore(redis, StoreConfig(tasks=fast_tasks))
-    keys, run_key = store.keys, store.keys.pending_by_run("run-many")
+    run_key = store.keys.pending_by_run("run-many")
     first = store.create(_request("run-many"), handoff_id=new_handoff_id()).handoff.id
 
     # One: no set of its own; the bucket names it.
