@@ -1,10 +1,10 @@
 """Break-it probes of the lookup hashes in levels (d65954d) and the pending indexes in levels
-(4ecacd2). The first test is a finding (fails on 4ecacd2); the others are probes that held,
-kept as differential/regression checks: a naturally grown index (level 2) read with every
-kind of ZRANGE BYLEX bound against one plain sorted set, a lifecycle mixing 0.2-shape
-handoffs with grown indexes (reassign, decide, cancel, expire), hostile idempotency keys
-and run ids across grown lookup levels with SCRIPT FLUSH, and a run whose 'runs' field is
-at an old level."""
+(4ecacd2). The first test was a finding (fixed: INDEX_RANGE passes the count as sent); the
+others are probes that held, kept as differential and regression checks: a naturally grown
+index (level 2) read with every kind of ZRANGE BYLEX bound against one plain sorted set, a
+lifecycle mixing 0.2-shape handoffs with grown indexes (reassign, decide, cancel, expire),
+hostile idempotency keys and run ids across grown lookup levels with SCRIPT FLUSH, and a
+run whose 'runs' field is at an old level."""
 
 from __future__ import annotations
 
@@ -21,40 +21,25 @@ from store.metrics import FigureReader
 from store.models import HandoffRequest, Status
 from store.repository import HandoffStore, StoreConfig, TaskPolicy
 from tests.support.indexes import anything_pending
+from tests.test_index_levels import CHANNEL, REVIEWER
+from tests.test_index_levels import grown_request as _request
 from tests.test_storage_compact import CHANNEL as PCH
 from tests.test_storage_compact import REVIEWER as PRV
 from tests.test_storage_compact import write_previous_shape
-
-CHANNEL = "C0GROWN"
-REVIEWER = "U0GROWN"
-
-
-def _request(n: int, run: str | None = None, idem: str | None = None) -> HandoffRequest:
-    fields: dict[str, Any] = {
-        "run_id": run or f"run-grown-{n}",
-        "thread_id": f"thread-{n}",
-        "request_type": "approval",
-        "context": "Charged twice",
-        "payload": {"kind": "approval", "action": {"name": "refund", "args": {"n": n}}},
-        "channel": CHANNEL,
-        "reviewers": [REVIEWER],
-    }
-    if idem:
-        fields["idempotency_key"] = idem
-    return HandoffRequest.model_validate(fields)
 
 
 @pytest.mark.parametrize("limit", [10**17, sys.maxsize])
 def test_a_huge_limit_lists_what_is_pending_instead_of_a_redis_error(
     redis: Redis, fast_tasks: TaskPolicy, limit: int
 ) -> None:
-    """FINDING. INDEX_RANGE turns the limit into a Lua number (tonumber(ARGV[4])) and hands
-    it back to ZRANGE ... LIMIT 0 <most>: Redis writes a Lua number of 1e17 or more as
+    """A finding, fixed. INDEX_RANGE turned the limit into a Lua number (tonumber(ARGV[4]))
+    and handed it back to ZRANGE ... LIMIT 0 <most>: Redis writes a Lua number of 1e17 or more as
     "1e+17", which ZRANGE refuses ("value is not an integer or out of range"). Before
     4ecacd2 the count went to ZRANGE as redis-py's integer and this listed everything.
     Reached by ``handoff list --limit 100000000000000000`` (IntRange(min=1), no maximum:
     prints "Redis refused: ...; check REDIS_URL") and ``Handoffs.list_pending(limit=...)``.
-    Should: list what is pending (pass ARGV[4] itself to LIMIT, or cap the count)."""
+    It lists what is pending: the script passes ARGV[4] itself to LIMIT, and the store caps
+    the count at what an index can hold."""
     store = HandoffStore(redis, StoreConfig(tasks=fast_tasks))
     made = store.create(_request(0), handoff_id=new_handoff_id()).handoff.id
     assert [h.id for h in store.list_pending(limit=limit).items] == [made]

@@ -22,9 +22,11 @@ CHANNEL = "C0GROWN"
 REVIEWER = "U0GROWN"
 
 
-def _request(n: int) -> HandoffRequest:
+def grown_request(n: int, run: str | None = None, idem: str | None = None) -> HandoffRequest:
+    """The ``n``-th approval of the channel ``CHANNEL`` for ``REVIEWER`` (its own run unless
+    ``run``)."""
     fields: dict[str, Any] = {
-        "run_id": f"run-grown-{n}",
+        "run_id": run or f"run-grown-{n}",
         "thread_id": f"thread-{n}",
         "request_type": "approval",
         "context": "Charged twice",
@@ -32,6 +34,8 @@ def _request(n: int) -> HandoffRequest:
         "channel": CHANNEL,
         "reviewers": [REVIEWER],
     }
+    if idem:
+        fields["idempotency_key"] = idem
     return HandoffRequest.model_validate(fields)
 
 
@@ -62,14 +66,17 @@ def test_a_grown_index_reads_as_one_and_empties_as_decided(
     keys = store.keys
     channel, reviewer = keys.pending_by_channel(CHANNEL), keys.pending_by_reviewer(REVIEWER)
     approvals = keys.pending_by_type("approval")
-    ids = [store.create(_request(n), handoff_id=new_handoff_id()).handoff.id for n in range(400)]
+    ids = [
+        store.create(grown_request(n), handoff_id=new_handoff_id()).handoff.id for n in range(400)
+    ]
     # Grown past one set; then raised a level more, as if its sets had filled.
     for index in (channel, reviewer, approvals):
         level = redis.hget(keys.lookup_levels, index.removeprefix(keys.prefix))
         assert level == b"1", index
     redis.hset(keys.lookup_levels, channel.removeprefix(keys.prefix), 2)
     ids += [
-        store.create(_request(n), handoff_id=new_handoff_id()).handoff.id for n in range(400, 600)
+        store.create(grown_request(n), handoff_id=new_handoff_id()).handoff.id
+        for n in range(400, 600)
     ]
     ids.sort()
 
@@ -117,7 +124,7 @@ def test_a_handoff_moved_out_of_a_grown_index_and_back_is_held_once(
     store = HandoffStore(redis, StoreConfig(tasks=fast_tasks))
     keys = store.keys
     channel = keys.pending_by_channel(CHANNEL)
-    first = store.create(_request(0), handoff_id=new_handoff_id()).handoff.id
+    first = store.create(grown_request(0), handoff_id=new_handoff_id()).handoff.id
     redis.hset(keys.lookup_levels, channel.removeprefix(keys.prefix), 2)
 
     store.reassign(first, by="U0ADMIN", channel="C0ELSEWHERE")
