@@ -41,7 +41,7 @@ from store.exceptions import (
     TooManyVotes,
 )
 from store.ids import is_handoff_id, new_handoff_id
-from store.keys import KeySpace, body_fields, run_of_index, trail_lines
+from store.keys import KeySpace, body_fields, trail_lines
 from store.lua import LuaScript, ReplicaAcks, confirmed_pipeline
 from store.metrics import via_class
 from store.models import (
@@ -561,11 +561,6 @@ class HandoffStore:
         and ``high`` (as ``ZRANGE ... BYLEX`` takes them: ``-``, ``+``, ``(id``, ``[id``;
         with ``desc``, from ``low`` down to ``high``). A run's index is a ``runs`` lookup field
         while the run has one pending handoff (``store.keys``)."""
-        single = self._single_of_run(key)
-        if single is not None:
-            lowest, highest = (high, low) if desc else (low, high)
-            inside = _lex_above(single, lowest) and _lex_below(single, highest)
-            return [single] if inside and num > 0 else []
         return self._index_range([key], low, high, num, desc=desc)
 
     def _index_range(
@@ -604,14 +599,6 @@ class HandoffStore:
         total = sum(size for size, _ in counts)
         before = sum(earlier for _, earlier in counts)
         return total, before
-
-    def _single_of_run(self, key: str) -> str | None:
-        """The pending id a run's index names in its lookup field, or None for another index, a
-        run with none, or one with a set (``*``)."""
-        run_id = run_of_index(self.keys, key)
-        if run_id is None:
-            return None
-        return _run_single(self.looked_up("runs", [run_id])[0])
 
     def count_pending(self, index_key: str | None = None) -> int:
         """How many handoffs an index holds (default: all pending)."""
@@ -1557,30 +1544,6 @@ def _unanswered_verdict(unanswered: PostWindow | Literal["unchanged"] | None) ->
         return "none"
     assert isinstance(unanswered, PostWindow)
     return unanswered.to_stored()
-
-
-def _run_single(held: bytes | str | None) -> str | None:
-    """The one pending id a run's lookup field names; None for no field, or for ``*`` (the
-    run's sorted set holds its handoffs)."""
-    return None if held is None or held in (b"*", "*") else as_text(held)
-
-
-def _lex_above(member: str, bound: str) -> bool:
-    """Whether ``member`` is at or past the lower ``ZRANGE ... BYLEX`` bound ``bound``."""
-    if bound == "-":
-        return True
-    if bound == "+":
-        return False
-    return member > bound[1:] if bound[0] == "(" else member >= bound[1:]
-
-
-def _lex_below(member: str, bound: str) -> bool:
-    """Whether ``member`` is at or before the upper ``ZRANGE ... BYLEX`` bound ``bound``."""
-    if bound == "+":
-        return True
-    if bound == "-":
-        return False
-    return member < bound[1:] if bound[0] == "(" else member <= bound[1:]
 
 
 def _stored_request_json(request: HandoffRequest) -> str:

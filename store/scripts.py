@@ -112,8 +112,13 @@ end
 -- (index_sets; INDEX_RANGE, INDEX_COUNTS), at most 1 + 8 + 64 of them.
 local INDEX_PREFIX = P .. 'pending:'
 
+-- Whether an index grows in levels: not a run's, nor the one index of before 0.2.
+local function leveled(key)
+  return string.sub(key, 1, #INDEX_PREFIX) == INDEX_PREFIX and not run_of(key)
+end
+
 local function index_level(key)
-  if string.sub(key, 1, #INDEX_PREFIX) ~= INDEX_PREFIX or run_of(key) then return 0 end
+  if not leveled(key) then return 0 end
   return tonumber(redis.call('HGET', P .. 'levels', string.sub(key, #P + 1))) or 0
 end
 
@@ -152,10 +157,9 @@ local function index_add(key, id)
     end
     local set = index_set_of(key, id, level)
     redis.call('ZADD', set, 0, id)
-    if level > 0 or string.sub(key, 1, #INDEX_PREFIX) == INDEX_PREFIX then
-      if level < INDEX_LAST_LEVEL and redis.call('ZCARD', set) >= LOOKUP_GROW_AT then
-        redis.call('HSET', P .. 'levels', string.sub(key, #P + 1), level + 1)
-      end
+    if leveled(key) and level < INDEX_LAST_LEVEL
+        and redis.call('ZCARD', set) >= LOOKUP_GROW_AT then
+      redis.call('HSET', P .. 'levels', string.sub(key, #P + 1), level + 1)
     end
     return
   end
@@ -1559,11 +1563,11 @@ return {'ok'}
 """
 )
 
-# KEYS: pending indexes (their own keys; a run's set, not its field).
+# KEYS: pending indexes (a run's by its set's name).
 # ARGV: prefix, low, high (ZRANGE BYLEX bounds; with desc, from low down to high), most ids,
 # '1' for descending.
 # Up to that many ids of the indexes merged (each once), in id order: every set of each
-# (index_sets), read by the bounds and merged.
+# (index_sets) read by the bounds, or the one a run's lookup field names if within them.
 INDEX_RANGE = (
     LEVELS_PRELUDE
     + """
@@ -1571,21 +1575,39 @@ INDEX_RANGE = (
 -- ZRANGE refuses.
 local low, high, most, desc = ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5] == '1'
 if most <= 0 then return {} end
+-- Whether ``id`` is past (``lower``) or before a ZRANGE BYLEX bound: '-', '+', '(x', '[x'.
+local function within(id, bound, lower)
+  if bound == '-' then return lower end
+  if bound == '+' then return not lower end
+  local at, open = string.sub(bound, 2), string.sub(bound, 1, 1) == '('
+  if lower then return id > at or (not open and id == at) end
+  return id < at or (not open and id == at)
+end
+local lowest, highest = low, high
+if desc then lowest, highest = high, low end
 local found, seen = {}, {}
+local function take(id)
+  if not seen[id] then
+    seen[id] = true
+    found[#found + 1] = id
+  end
+end
 for _, key in ipairs(KEYS) do
-  for _, set in ipairs(index_sets(key)) do
+  local run = run_of(key)
+  local single = run and lookup_get('runs', run)
+  local sets = index_sets(key)
+  if single and single ~= '*' then
+    sets = {}
+    if within(single, lowest, true) and within(single, highest, false) then take(single) end
+  end
+  for _, set in ipairs(sets) do
     local ids
     if desc then
       ids = redis.call('ZRANGE', set, low, high, 'BYLEX', 'REV', 'LIMIT', 0, ARGV[4])
     else
       ids = redis.call('ZRANGE', set, low, high, 'BYLEX', 'LIMIT', 0, ARGV[4])
     end
-    for _, id in ipairs(ids) do
-      if not seen[id] then
-        seen[id] = true
-        found[#found + 1] = id
-      end
-    end
+    for _, id in ipairs(ids) do take(id) end
   end
 end
 if desc then table.sort(found, function(a, b) return a > b end) else table.sort(found) end
