@@ -12,13 +12,11 @@ from collections.abc import Iterator
 
 import pytest
 from redis import Redis
-from slack_sdk import WebClient
 
-from bot.access.reviewers import ReviewerPolicy
 from bot.queries.listings import ListFilter, Listings, ListKind
-from bot.standin import SlackStandIn, StandInUser
 from store.models import Status
 from tests.support.indexes import anything_pending
+from tests.support.listings import admin_listings
 from tests.test_storage_compact import write_previous_shape
 from worker.client import Handoffs
 
@@ -42,12 +40,8 @@ RUNS = [
 
 @pytest.fixture
 def listings(redis: Redis, handoffs: Handoffs) -> Iterator[Listings]:
-    with SlackStandIn(signing_secret="s", users=[StandInUser(ADMIN, "admin")]) as slack:
-        client = WebClient(token=slack.bot_token, base_url=slack.api_url)
-        policy = ReviewerPolicy(
-            client, redis, handoffs.store.keys, admins={ADMIN}, default_channel=CHANNEL
-        )
-        yield Listings(handoffs.store, policy)
+    with admin_listings(redis, handoffs, admin=ADMIN, channel=CHANNEL) as listings:
+        yield listings
 
 
 def _check(handoffs: Handoffs, listings: Listings, model: dict[str, set[str]]) -> None:

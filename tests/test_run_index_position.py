@@ -7,12 +7,10 @@ from collections.abc import Iterator
 
 import pytest
 from redis import Redis
-from slack_sdk import WebClient
 
-from bot.access.reviewers import ReviewerPolicy
 from bot.blockkit.replies import _position
 from bot.queries.listings import ListFilter, Listings, ListKind
-from bot.standin import SlackStandIn, StandInUser
+from tests.support.listings import admin_listings
 from worker.client import Handoffs
 
 ADMIN, CHANNEL = "U0ADMIN", "C0OPS"
@@ -20,12 +18,8 @@ ADMIN, CHANNEL = "U0ADMIN", "C0OPS"
 
 @pytest.fixture
 def listings(redis: Redis, handoffs: Handoffs) -> Iterator[Listings]:
-    with SlackStandIn(signing_secret="s", users=[StandInUser(ADMIN, "admin")]) as slack:
-        client = WebClient(token=slack.bot_token, base_url=slack.api_url)
-        policy = ReviewerPolicy(
-            client, redis, handoffs.store.keys, admins={ADMIN}, default_channel=CHANNEL
-        )
-        yield Listings(handoffs.store, policy)
+    with admin_listings(redis, handoffs, admin=ADMIN, channel=CHANNEL) as listings:
+        yield listings
 
 
 def test_a_run_with_one_pending_handoff_lists_it_as_one_of_one(
